@@ -1,0 +1,140 @@
+"""Command line: `oom-doctor diagnose|budget|triage|rules|explain`. Exit codes live here only.
+
+0 no OOM / fits, 1 OOM diagnosed / does not fit, 2 usage or input error (one line on stderr).
+Heavy modules are imported inside the commands so `--version` and `--help` start fast.
+"""
+
+import os
+import sys
+
+import click
+
+from . import __version__
+
+EXIT_OK, EXIT_OOM, EXIT_USAGE = 0, 1, 2
+
+
+def default_lang():
+    env = os.environ.get("OOM_DOCTOR_LANG")
+    if env in ("en", "zh"):
+        return env
+    loc = os.environ.get("LC_ALL") or os.environ.get("LC_MESSAGES") or os.environ.get("LANG") or ""
+    return "zh" if loc.lower().startswith("zh") else "en"
+
+
+def use_color(stream=None):
+    stream = stream or sys.stdout
+    return "NO_COLOR" not in os.environ and hasattr(stream, "isatty") and stream.isatty()
+
+
+def fail(message):
+    """One clear line on stderr and exit 2."""
+    click.echo(f"oom-doctor: {message}", err=True)
+    sys.exit(EXIT_USAGE)
+
+
+LANG = click.option("--lang", type=click.Choice(["en", "zh"]), default=None,
+                    help="Language of the report (default: $OOM_DOCTOR_LANG, then the locale).")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="oom-doctor")
+def cli():
+    """Why did fine-tuning run out of GPU memory, and what exactly should change?"""
+
+
+@cli.command()
+@click.argument("log", required=False, default="-")
+@click.option("--config", "config_path", type=click.Path(dir_okay=True), help="Training config (LLaMA-Factory, HF or axolotl).")
+@click.option("--gpu", help="GPU name or size, e.g. 4090, A100-80G, 24GiB.")
+@click.option("--model", help="Model name when the log does not say, e.g. Qwen2.5-7B-Instruct.")
+@click.option("--params", help="Parameter count when the model is unknown, e.g. 7B.")
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json", "html"]), default="text")
+@LANG
+@click.option("--write", is_flag=True, help="Apply the patch to --config (a .bak backup is written first).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report (or with --write, the patched config) here.")
+def diagnose(log, config_path, gpu, model, params, fmt, lang, write, output):
+    """Diagnose one training log (a path, or - / nothing for stdin)."""
+    from .pipeline import diagnose_path
+    from .render import render
+    lang = lang or default_lang()
+    if write and not config_path:
+        fail("--write needs --config FILE (the file to patch)")
+    d = diagnose_path(log, config_path=config_path, lang=lang, gpu=gpu, model=model, params=params)
+    if write:
+        from .patch import write_patched
+        message = write_patched(d, config_path, output)
+        click.echo(message, err=True)
+        output = None
+    _emit(render(d, fmt, lang, color=use_color() and not output), output)
+    sys.exit(EXIT_OOM if d.verdict in ("device_oom", "host_oom") else EXIT_OK)
+
+
+@cli.command("rules")
+@LANG
+def list_rules(lang):
+    """List the diagnosis rules."""
+    from .rules import load_rules
+    lang = lang or default_lang()
+    for r in sorted(load_rules(), key=lambda r: r.id):
+        click.echo(f"{r.id}  {r.name:<30} {r.verdict:<11} {getattr(r.title, lang)}")
+
+
+@cli.command()
+@click.argument("rule_id")
+@LANG
+def explain(rule_id, lang):
+    """Explain one rule: what it detects, why, what it recommends."""
+    from .render.rule_doc import explain_text
+    from .rules import rules_by_id
+    rules = rules_by_id()
+    rule = rules.get(rule_id.upper())
+    if rule is None:
+        from rapidfuzz import process
+        near = [m[0] for m in process.extract(rule_id.upper(), list(rules), limit=3)]
+        names = {r.name: r.id for r in rules.values()}
+        if rule_id in names:
+            rule = rules[names[rule_id]]
+        else:
+            fail(f"unknown rule {rule_id!r}; nearest: {', '.join(near)} (see `oom-doctor rules`)")
+    click.echo(explain_text(rule, lang or default_lang()))
+
+
+def _emit(text, output):
+    if output:
+        try:
+            with open(output, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as e:
+            fail(f"{output}: cannot write ({e.strerror or e})")
+    else:
+        click.echo(text, nl=not text.endswith("\n"))
+
+
+def main(argv=None):
+    from .reader import InputError
+    try:
+        cli.main(args=argv, prog_name="oom-doctor", standalone_mode=False)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(EXIT_USAGE)
+    except click.exceptions.Abort:
+        fail("aborted")
+    except InputError as e:
+        fail(str(e))
+    except BrokenPipeError:
+        sys.exit(EXIT_OK)
+    except KeyboardInterrupt:
+        fail("interrupted")
+    except SystemExit:
+        raise
+    except Exception as e:  # never a traceback for the user; OOM_DOCTOR_DEBUG=1 shows it
+        if os.environ.get("OOM_DOCTOR_DEBUG"):
+            raise
+        fail(f"internal error: {type(e).__name__}: {e} (set OOM_DOCTOR_DEBUG=1 for details)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,225 @@
+"""Diagnose: a Timeline -> verdict, phase, component, numbers and evidence, decided by the rules.
+
+The decision comes from the final failure: the first signal of the strongest kind after the last
+real progress (an explicit OOM beats a kill, a kill beats another error, any of them beats the
+launcher's cascade). Earlier failures the run recovered from are only counted.
+"""
+
+from typing import List, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import signals as sig
+from .phase import infer_phase
+from .rules import Facts as RuleFacts, match
+from .timeline import Facts, Timeline
+from .traceback import decisive_frames, frames_of, parse_frame
+from .units import round_gib
+
+SCHEMA = "oom-doctor/diagnosis/v1"
+_DEFAULT_COMPONENT = {"load": "weights", "first_step": "activations", "mid_training": "activations",
+                      "evaluation": "eval_outputs", "checkpoint_save": "weights", "inference": "activations"}
+_NUMBERED = ("caching_allocator", "mps", "malloc_async", "cpu_allocator", "oom_exception")
+
+
+class Evidence(BaseModel):
+    line: int
+    text: str
+    marker: str
+
+
+class Diagnosis(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+    schema_: str = Field(SCHEMA, alias="schema")
+    source: str
+    verdict: str
+    accelerator: str
+    phase: str
+    component: str
+    confidence: float
+    rule: str
+    summary: str
+    evidence: List[Evidence]
+    memory: dict
+    facts: dict
+    budget: Optional[dict] = None
+    plan: Optional[list] = None
+    patch: Optional[str] = None
+    # additions beyond the contract (keys may be added, never renamed)
+    title: str = ""
+    explanation: str = ""
+    lang: str = "en"
+    earlier_failures: int = 0
+    conflicts: List[dict] = []
+    notes: List[str] = []
+
+    def to_json_dict(self):
+        return self.model_dump(by_alias=True)
+
+
+def _decisive(signals):
+    strong = [s for s in signals if s.kind != sig.CASCADE]
+    if not strong:
+        return None
+    best = min(sig.STRENGTH[s.kind] for s in strong)
+    return next(s for s in strong if sig.STRENGTH[s.kind] == best)
+
+
+def _index_of(window, line_no):
+    for i, ln in enumerate(window):
+        if ln.no == line_no:
+            return i
+    return None
+
+
+def _error_block(window, idx, limit=6):
+    """The error line and the lines that continue its message (not frames, not blank)."""
+    text = [window[idx].text]
+    for ln in window[idx + 1:idx + limit]:
+        if not ln.text.strip() or parse_frame(ln.text) or ln.text.startswith("Traceback"):
+            break
+        text.append(ln.text)
+    return "\n".join(text)
+
+
+def _memory(t, window):
+    """Numbers of the first OOM message of the final failure that carries numbers."""
+    empty = sig.parse_numbers("")
+    count = 0
+    found = None
+    for s in t.signals:
+        if s.kind not in (sig.DEVICE_OOM, sig.HOST_OOM) or s.dialect not in _NUMBERED:
+            continue
+        count += 1
+        if found is None:
+            idx = _index_of(window, s.line)
+            block = sig.oom_block(window, idx) if idx is not None else s.text
+            mem = sig.parse_numbers(block)
+            if any(v is not None for v in mem.values()):
+                found = (mem, s, block)
+    mem, s, block = found or (empty, None, "")
+    out = {k: round_gib(v, 4) for k, v in mem.items()}
+    out["oom_messages"] = count
+    out["device_index"] = sig.device_index(block) if block else None
+    return out, s
+
+
+def _accelerator(decisive, t):
+    if decisive is not None and decisive.kind == sig.DEVICE_OOM:
+        acc = sig.accelerator_of(decisive.text)
+        if acc != "unknown":
+            return acc
+    for s in t.signals:
+        acc = sig.accelerator_of(s.text)
+        if acc != "unknown":
+            return acc
+    text = " ".join(ln.text for ln in t.window[-200:])
+    for needle, acc in (("torch_npu", "npu"), ("Ascend", "npu"), ("ROCm", "rocm"), ("HIP", "rocm"),
+                        ("NCCL", "cuda"), ("cuda", "cuda"), ("CUDA", "cuda")):
+        if needle in text:
+            return acc
+    return "unknown"
+
+
+def _last_progress_line(t):
+    marker = t.context.last_marker
+    return marker.line if marker is not None and marker.kind == "step" else 0
+
+
+def _format(template, values):
+    class Missing(dict):
+        def __missing__(self, key):
+            return "?"
+    try:
+        return template.format_map(Missing(values))
+    except (ValueError, IndexError):
+        return template
+
+
+def _fmt_gib(x):
+    return "?" if x is None else (f"{x * 1024:.0f} MiB" if x < 1 else f"{x:.2f} GiB")
+
+
+def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rules=None) -> Diagnosis:
+    window = t.window
+    decisive = _decisive(t.signals)
+    frames = frames_of(window)
+    boundaries = [s.line for s in t.signals if s.kind != sig.CASCADE]
+    memory, numbered = _memory(t, window)
+
+    if decisive is not None:
+        dframes = decisive_frames(frames, decisive.line, decisive.rank, boundaries)
+        idx = _index_of(window, decisive.line)
+        error_text = _error_block(window, idx) if idx is not None else decisive.text
+        signal = (decisive.kind, decisive.dialect)
+    else:
+        after = _last_progress_line(t)
+        dframes = [f for f in frames if f.line > after]
+        error_text = ""
+        traceback_open = any("Traceback (most recent call last)" in ln.text for ln in window if ln.no > after)
+        cascades = [s for s in t.signals if s.kind == sig.CASCADE]
+        signal = ("incomplete", "cascade" if cascades else "traceback") if dframes or traceback_open or cascades \
+            else ("none", "none")
+
+    phase = infer_phase(dframes, t.context)
+    window_text = "\n".join(ln.text for ln in window)
+    rf = RuleFacts(signal, error_text, window_text, dframes, phase, memory)
+    rule, hits = match(rf, rules)
+    if rule is None:                        # rules/ always holds catch-alls; this guards a broken set
+        raise RuntimeError("no rule matched; the rule set lacks its catch-all rules")
+
+    final_phase = phase if rule.phase == "auto" else rule.phase
+    component = rule.component
+    if component == "auto":
+        component = _DEFAULT_COMPONENT.get(final_phase, "unknown")
+    if rule.verdict == "no_failure":
+        final_phase, component = "none", "none"
+    elif rule.verdict == "not_oom":
+        component = "none"
+
+    merged = t.facts.model_copy()           # what the log shows ran beats what the config asked for
+    if facts is not None:
+        for name, value in facts.model_dump().items():
+            if getattr(merged, name) is None and value is not None:
+                setattr(merged, name, value)
+    if merged.step is None:
+        merged.step = t.context.step
+
+    evidence = _evidence(decisive, numbered, hits, dframes, t, rule)
+    values = {
+        "tried": _fmt_gib(memory.get("tried_gib")), "total": _fmt_gib(memory.get("total_gib")),
+        "free": _fmt_gib(memory.get("free_gib")), "reserved_unallocated": _fmt_gib(memory.get("reserved_unallocated_gib")),
+        "allocated": _fmt_gib(memory.get("allocated_by_pytorch_gib")),
+        "other": _fmt_gib(memory.get("other_processes_gib")), "step": merged.step if merged.step is not None else "?",
+        "total_steps": merged.total_steps or "?", "phase": final_phase,
+    }
+    return Diagnosis(
+        source=t.source, verdict=rule.verdict, accelerator=_accelerator(decisive, t), phase=final_phase,
+        component=component, confidence=rule.confidence, rule=rule.id,
+        summary=_format(getattr(rule.summary, lang), values), evidence=evidence, memory=memory,
+        facts=merged.model_dump(), title=getattr(rule.title, lang),
+        explanation=_format(getattr(rule.explanation, lang), values), lang=lang,
+        earlier_failures=t.earlier_failures,
+    )
+
+
+def _evidence(decisive, numbered, hits, dframes, t, rule):
+    ev = []
+    if decisive is not None:
+        marker = {"device_oom": "oom_error", "host_oom": "host_oom", "host_kill": "killed"}.get(decisive.kind, "error")
+        ev.append(Evidence(line=decisive.line, text=decisive.text[:400], marker=marker))
+    if numbered is not None and (decisive is None or numbered.line != decisive.line):
+        ev.append(Evidence(line=numbered.line, text=numbered.text[:400], marker="oom_numbers"))
+    shown = set()
+    for f in (hits or dframes[-2:]):
+        if f.line not in shown:
+            shown.add(f.line)
+            ev.append(Evidence(line=f.line, text=f"{f.path}: {f.func}" + (f" — {f.source}" if f.source else ""),
+                               marker="frame"))
+    marker = t.context.last_marker
+    if marker is not None:
+        ev.append(Evidence(line=marker.line, text=marker.text[:300], marker=marker.kind))
+    if not ev and t.signals:
+        s = t.signals[0]
+        ev.append(Evidence(line=s.line, text=s.text[:400], marker="cascade"))
+    return ev

@@ -1,0 +1,58 @@
+"""Fixed labels of the reports in English and Chinese (rule texts carry their own)."""
+
+LABELS = {
+    "en": {
+        "verdict": "Verdict", "phase": "When", "component": "Blame", "confidence": "confidence", "rule": "rule",
+        "numbers": "Allocator numbers", "evidence": "Evidence", "facts": "Run facts", "plan": "What to change",
+        "patch": "Config patch", "budget": "Memory budget", "conflicts": "Log and config disagree",
+        "line": "line", "saves": "saves", "fits": "fits", "not_fit": "still short", "why": "why",
+        "total_gib": "capacity", "free_gib": "free", "tried_gib": "tried to allocate",
+        "allocated_by_pytorch_gib": "allocated by PyTorch", "reserved_unallocated_gib": "reserved but unallocated",
+        "process_in_use_gib": "this process in use", "other_processes_gib": "other processes",
+        "other_allocations_gib": "other allocations", "earlier": "earlier failures the run recovered from",
+        "oom_messages": "OOM messages in the final failure", "safe": "safe", "unsafe": "changes results",
+        "display": "outside the config", "snippet": "Settings to change", "paste": "What to paste",
+        "device_oom": "GPU out of memory", "host_oom": "host RAM exhausted", "not_oom": "not an out-of-memory",
+        "no_failure": "no failure", "incomplete": "incomplete paste",
+        "weights": "weights", "activations": "activations", "gradients": "gradients",
+        "optimizer_states": "optimizer states", "fragmentation": "allocator fragmentation",
+        "other_process": "another process on the GPU", "eval_outputs": "accumulated evaluation outputs",
+        "host_memory": "host memory", "none": "—", "unknown": "unknown",
+        "load": "model loading", "first_step": "first training step", "mid_training": "mid-training",
+        "evaluation": "evaluation/prediction", "checkpoint_save": "checkpoint saving", "inference": "inference",
+        "step": "step", "logits_gib": "logits", "overhead_gib": "CUDA context and workspace",
+        "weights_gib": "weights", "gradients_gib": "gradients", "optimizer_states_gib": "optimizer states",
+        "activations_gib": "activations", "capacity_gib": "card capacity", "usable_gib": "usable (minus reserve)",
+        "total": "total (peak per GPU)", "headroom": "headroom", "assumptions": "Assumptions",
+        "estimate_vs_log": "estimate vs. allocator",
+    },
+    "zh": {
+        "verdict": "结论", "phase": "发生阶段", "component": "占用来源", "confidence": "置信度", "rule": "规则",
+        "numbers": "分配器数据", "evidence": "证据", "facts": "训练信息", "plan": "修改建议",
+        "patch": "配置补丁", "budget": "显存预算", "conflicts": "日志与配置不一致",
+        "line": "行", "saves": "节省", "fits": "可以放下", "not_fit": "仍然不够", "why": "原因",
+        "total_gib": "总容量", "free_gib": "空闲", "tried_gib": "申请大小",
+        "allocated_by_pytorch_gib": "PyTorch 已分配", "reserved_unallocated_gib": "已预留未分配",
+        "process_in_use_gib": "本进程占用", "other_processes_gib": "其他进程",
+        "other_allocations_gib": "其他分配", "earlier": "训练中已恢复的早先失败",
+        "oom_messages": "最终失败中的 OOM 报错条数", "safe": "结果不变", "unsafe": "会改变结果",
+        "display": "配置之外", "snippet": "需要修改的设置", "paste": "还需要贴出",
+        "device_oom": "显存不足", "host_oom": "主机内存耗尽", "not_oom": "不是内存不足",
+        "no_failure": "没有失败", "incomplete": "日志不完整",
+        "weights": "权重", "activations": "激活值", "gradients": "梯度",
+        "optimizer_states": "优化器状态", "fragmentation": "分配器碎片",
+        "other_process": "其他进程占用显卡", "eval_outputs": "评估输出累积",
+        "host_memory": "主机内存", "none": "—", "unknown": "未知",
+        "load": "模型加载", "first_step": "第一个训练步", "mid_training": "训练中途",
+        "evaluation": "评估/预测", "checkpoint_save": "保存 checkpoint", "inference": "推理",
+        "step": "步", "logits_gib": "logits", "overhead_gib": "CUDA 上下文与工作区",
+        "weights_gib": "权重", "gradients_gib": "梯度", "optimizer_states_gib": "优化器状态",
+        "activations_gib": "激活值", "capacity_gib": "显卡容量", "usable_gib": "可用（扣除预留）",
+        "total": "合计（单卡峰值）", "headroom": "余量", "assumptions": "假设",
+        "estimate_vs_log": "估算与分配器对比",
+    },
+}
+
+
+def label(key, lang="en"):
+    return LABELS.get(lang, LABELS["en"]).get(key, key)

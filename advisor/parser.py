@@ -1,0 +1,401 @@
+"""Parse: normalised lines -> a Timeline, in one streaming pass with bounded state.
+
+Every line first meets cheap substring tests; only a line that may matter reaches a regex.
+The parser keeps the facts it sees (first value wins, except progress), the phase markers, the
+training progress, and a window of lines around the final failure: the first failure signal
+after the last real progress is pinned with the lines before and after it, so a cascade of
+thousands of NCCL lines from other ranks cannot push it out.
+"""
+
+import re
+from collections import deque
+
+from . import signals as sig
+from .timeline import Context, Marker, Signal, Timeline
+
+RING = 3000            # the log's last lines, kept for incomplete pastes and late evidence
+PIN_BEFORE = 300       # lines kept before the first signal of the final failure
+PIN_AFTER = 600        # and after it
+MAX_MARKERS = 400
+MAX_SIGNALS = 400
+
+_BAR = re.compile(r"(?:^|\r)(?:(?P<desc>[^|\r]*?):\s*)?(?P<pct>\d{1,3})%\s*\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+|\?)")
+_BAR_LIGHT = re.compile(r"(?P<desc>[A-Z][\w ]*?):\s*(?P<pct>\d{1,3})%\s+(?P<n>\d+)/(?P<total>\d+)")  # lightning/colab
+_BAR_CUT = re.compile(r"^\s*(?P<desc>)(?P<pct>0)%\|(?P<n>)(?P<total>)")   # a bar cut after "0%|": no step done yet
+_DICT = re.compile(r"\{'(loss|eval_loss|train_runtime|eval_runtime|predict_loss)'")
+_BANNER = re.compile(r"^\s*(Num examples|Num Epochs|Instantaneous batch size per device|Total train batch size "
+                     r"\(w\. parallel, distributed & accumulation\)|Gradient Accumulation steps|Total optimization steps"
+                     r"|Number of trainable parameters|Batch size|Num GPUs) = ([\d,]+)")
+_UNSLOTH = re.compile(r"(Num GPUs|Batch size per device|Gradient Accumulation steps|Total steps|Number of trainable parameters)"
+                      r" = ([\d,]+)")
+_TRAINABLE = re.compile(r"trainable params: ([\d,]+) \|\| all params: ([\d,]+)")
+_RANK_LINE = re.compile(r"Process rank: \d+, (?:world size: (\d+), )?device: \S+, (?:n_gpu: (\d+), )?"
+                        r"distributed training: (\w+), compute dtype: torch\.(\w+)")
+_DS_KV = re.compile(r"^\s*(zero_optimization_stage|train_micro_batch_size_per_gpu|gradient_accumulation_steps"
+                    r"|bfloat16_enabled|fp16_enabled|world_size)\s\.{3,}\s(\S+)")
+_ARG = re.compile(r"--(model_name_or_path|per_device_train_batch_size|gradient_accumulation_steps|cutoff_len"
+                  r"|max_seq_length|finetuning_type|quantization_bit|deepspeed|per_device_eval_batch_size|lora_rank"
+                  r"|lora_target|bf16|fp16|gradient_checkpointing|model|nproc_per_node)['\"]?(?:,\s*|\s+|=)['\"]?([^'\",\s]+)")
+_MODEL_PATH = re.compile(r"(?:loading (?:weights|configuration) file|Loading model|_name_or_path\"?:)\s*\"?([^\s\"]+)")
+_ARCH = re.compile(r"Instantiating (\w+?)(?:ForCausalLM|LMHeadModel|ForConditionalGeneration)\b[^.]* dtype torch\.(\w+)")
+
+_FRAMEWORKS = (("llamafactory", "llamafactory"), ("llmtuner", "llamafactory"), ("LLaMA-Factory", "llamafactory"),
+               ("axolotl", "axolotl"), ("unsloth", "unsloth"), ("Unsloth", "unsloth"), ("openrlhf", "openrlhf"),
+               ("swift/", "ms-swift"), ("autotrain", "autotrain"), ("lightning", "lightning"), ("trl/", "trl"),
+               ("deepspeed", "deepspeed"), ("DeepSpeed", "deepspeed"), ("transformers/", "transformers"),
+               ("trainer.py", "transformers"), ("peft/", "peft"))
+_FRAMEWORK_RANK = {name: i for i, (_, name) in enumerate(_FRAMEWORKS)}
+
+_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16"}
+
+
+def _int(s):
+    try:
+        return int(str(s).replace(",", ""))
+    except ValueError:
+        return None
+
+
+class Parser:
+    def __init__(self, source="<stdin>"):
+        self.t = Timeline(source=source)
+        self.f = self.t.facts
+        self.ring = deque(maxlen=RING)
+        self.pinned = None              # lines around the final failure's first signal
+        self.pin_left = 0
+        self.pin_line = None
+        self.progress_since_pin = 0
+        self.markers = deque(maxlen=MAX_MARKERS)
+        self.ranks = set()
+        self.step = None
+        self.total = None
+        self.losses = 0
+        self.in_eval = False
+        self.last_phase_marker = None
+        self.train_total = None
+
+    # ---- public ----------------------------------------------------------------------------
+    def feed(self, line):
+        self.t.line_count = line.no
+        self.ring.append(line)
+        if self.pinned is not None and self.pin_left > 0:
+            self.pinned.append(line)
+            self.pin_left -= 1
+        if line.rank is not None:
+            self.ranks.add(line.rank)
+        text = line.text
+        if not text:
+            return
+        self._progress(line, text)
+        self._markers(line, text)
+        self._facts(line, text)
+        kind = sig.classify(text)
+        if kind:
+            self._signal(line, *kind)
+
+    def finish(self):
+        t = self.t
+        t.markers = list(self.markers)
+        t.ranks = sorted(self.ranks)
+        if self.pinned is None:
+            t.context = self._context()
+        window = {ln.no: ln for ln in (self.pinned or [])}
+        window_lines = list(self.pinned or [])
+        seen = {id(ln) for ln in window_lines}
+        window_lines += [ln for ln in self.ring if id(ln) not in seen]
+        window_lines.sort(key=lambda ln: ln.no)
+        t.window = window_lines
+        del window
+        if self.f.num_gpus is None and len(self.ranks) > 1:
+            self.f.num_gpus = max(self.ranks) + 1
+        if self.f.step is None:
+            self.f.step = t.context.step
+        if self.f.total_steps is None:
+            self.f.total_steps = t.context.total_steps
+        return t
+
+    # ---- failure signals -------------------------------------------------------------------
+    def _signal(self, line, kind, dialect):
+        t = self.t
+        if self.pinned is None or self.progress_since_pin >= 2:
+            if self.pinned is not None:
+                t.earlier_failures += 1
+                t.signals = []
+            self.pinned = list(self.ring)[-PIN_BEFORE:]
+            self.pin_left = PIN_AFTER
+            self.pin_line = line.no
+            self.progress_since_pin = 0
+            t.context = self._context()
+        if len(t.signals) < MAX_SIGNALS:
+            t.signals.append(Signal(kind=kind, dialect=dialect, line=line.no, text=line.text[:2000], rank=line.rank))
+
+    def _context(self):
+        return Context(last_marker=self.last_phase_marker.model_copy() if self.last_phase_marker else None, step=self.step, total_steps=self.total or self.train_total,
+                       losses_logged=self.losses, in_eval=self.in_eval)
+
+    # ---- progress --------------------------------------------------------------------------
+    def _progress(self, line, text):
+        if "%" in text and "|" in text or "/" in text and "%" in text:
+            m = _BAR.search(text) or _BAR_LIGHT.search(text) or _BAR_CUT.match(text)
+            if m:
+                self._bar(line, m)
+        if "{'" in text:
+            m = _DICT.search(text)
+            if m:
+                key = m.group(1)
+                if key == "loss":
+                    self.losses += 1
+                    self._advance(line)
+                elif key in ("eval_loss", "eval_runtime"):
+                    self.in_eval = False
+                    self._mark("eval_done", line)
+                elif key == "train_runtime":
+                    self._mark("train_done", line)
+
+    def _bar(self, line, m):
+        desc = (m.group("desc") or "").strip()
+        n, total = _int(m.group("n") or "0"), _int(m.group("total") or "x")
+        low = desc.lower()
+        if "load" in low and ("shard" in low or "weight" in low or "checkpoint" in low):
+            self._mark("load", line, n, total)
+            return
+        if any(w in low for w in ("valid", "test", "eval", "predict", "generat")):
+            self._enter_eval(line)
+            return
+        if desc and not any(w in low for w in ("train", "epoch", "step", "iteration")):
+            return                                    # data preprocessing bars
+        if self.in_eval and (self.train_total is None or total != self.train_total):
+            return                                    # the eval bar has no description either
+        if self.train_total is None or not desc:
+            self.train_total = self.train_total or total
+        prev = self.step
+        self.step, self.total = n, total
+        if self.pinned is not None and self.t.context.step is None:
+            # tqdm redraws its bar as the exception unwinds: the first bar after the failure
+            # still tells how far training had got when it failed
+            self.t.context.step, self.t.context.total_steps = n, total
+        if prev is None or (n is not None and n > prev):
+            if n:
+                self._advance(line)
+
+    def _advance(self, line):
+        if self.pinned is not None:
+            self.progress_since_pin += 1
+        self.in_eval = False
+        m = self.last_phase_marker
+        if m is None or m.kind != "step":
+            self._mark("step", line)
+        else:
+            m.line, m.step = line.no, self.step
+
+    def _enter_eval(self, line):
+        if not self.in_eval:
+            self.in_eval = True
+            self._mark("eval_start", line)
+
+    # ---- phase markers ---------------------------------------------------------------------
+    def _mark(self, kind, line, step=None, total=None):
+        m = Marker(kind=kind, line=line.no, text=line.text[:300], step=step if step is not None else self.step,
+                   total=total)
+        if self.markers and self.markers[-1].kind == kind and kind == "load":
+            self.markers[-1] = m
+        else:
+            self.markers.append(m)
+        self.last_phase_marker = m
+
+    def _markers(self, line, text):
+        if "*****" in text:
+            if "Running training" in text:
+                self.in_eval = False
+                self._mark("train_start", line)
+            elif "Running Evaluation" in text or "Running Prediction" in text:
+                self.in_eval = False
+                self._enter_eval(line)
+            elif "train metrics" in text:
+                self._mark("train_done", line)
+            return
+        if "aving" in text or "saved" in text:
+            if re.search(r"Saving model checkpoint to|Saving checkpoint|Saving model to|Saving trained model|save_16bit_model"
+                         r"|\[Torch\] Checkpoint|Saving the model|saving model checkpoint", text):
+                self._mark("save", line)
+                return
+        if "oad" in text or "nstantiating" in text or "uantizing" in text or "zero.init" in text:
+            if re.search(r"loading weights file|Loading checkpoint shards|Instantiating \w+ model|Quantizing model to"
+                         r"|Loading \S+-bit|activating zero\.init|Loading model|finished initializing model|load_model",
+                         text) and "%|" not in text:
+                self._mark("load", line)
+                return
+        if "trainable params" in text or "model checkpoint weights were used" in text or "after model load" in text \
+                or "Gradient checkpointing enabled" in text or "Fine-tuning method" in text:
+            self._mark("load_done", line)
+            return
+        if ("DeepSpeed" in text or "ZeRO" in text or "optimizer states" in text) and re.search(
+                r"DeepSpeed info: version|Creating \S+ ZeRO stage|DeepSpeed Basic Optimizer|initializing optimizer states"
+                r"|Stage 3 initialize beginning|DeepSpeedZeRoOffload initialize|Final Optimizer", text):
+            self._mark("setup", line)
+            return
+        if "Starting trainer" in text or "Unsloth - 2x faster" in text:
+            self._mark("train_start", line)
+            return
+        if "Training completed" in text:
+            self._mark("train_done", line)
+        elif "Saving prediction results" in text or "Batch generation can be very slow" in text:
+            self._mark("predict", line)
+
+    # ---- facts -----------------------------------------------------------------------------
+    def _set(self, name, value, line, overwrite=False):
+        if value is None:
+            return
+        if overwrite or getattr(self.f, name) is None:
+            setattr(self.f, name, value)
+            self.t.fact_lines[name] = line.no
+
+    def _facts(self, line, text):
+        f = self.f
+        for needle, name in _FRAMEWORKS:
+            if needle in text:
+                if f.framework is None or _FRAMEWORK_RANK[name] < _FRAMEWORK_RANK[f.framework]:
+                    f.framework = name
+                break
+        if " = " in text:
+            m = _BANNER.search(text) or _UNSLOTH.search(text)
+            if m:
+                self._banner(line, text)
+                return
+        if "trainable params" in text:
+            m = _TRAINABLE.search(text)
+            if m:
+                self._set("trainable_params", _int(m.group(1)), line)
+                self._set("params_b", round(_int(m.group(2)) / 1e9, 2), line)
+                return
+        if "Process rank" in text:
+            m = _RANK_LINE.search(text)
+            if m:
+                world = _int(m.group(1) or m.group(2) or 0)
+                if m.group(3) == "True" and world and world > 1:
+                    self._set("num_gpus", world, line)
+                elif m.group(3) == "False":
+                    self._set("num_gpus", 1, line)
+                self._set("precision", _DTYPES.get(m.group(4)), line)
+            return
+        if "......" in text:
+            m = _DS_KV.search(text)
+            if m:
+                self._ds_kv(line, m.group(1), m.group(2))
+            return
+        if "--" in text:
+            for m in _ARG.finditer(text):
+                self._arg(line, m.group(1), m.group(2))
+        if "ZeRO stage" in text:
+            m = re.search(r"Creating \S+ ZeRO stage (\d) optimizer", text)
+            if m:
+                self._set("deepspeed", f"zero{m.group(1)}", line)
+        elif "Gradient checkpointing enabled" in text:
+            self._set("grad_ckpt", True, line)
+        elif "does not support gradient checkpointing" in text:
+            self._set("grad_ckpt", False, line)
+        elif "Fine-tuning method:" in text:
+            m = re.search(r"Fine-tuning method: (\w+)", text)
+            if m:
+                self._set("method", {"dora": "lora"}.get(m.group(1).lower(), m.group(1).lower()), line)
+        elif "Quantizing model to" in text or "-bit" in text and "quantized model" in text:
+            m = re.search(r"Quantizing model to (\d+) bit|Loading (\d+)-bit", text)
+            if m:
+                self._set("quantization_bit", _int(m.group(1) or m.group(2)), line)
+        elif "for faster training" in text or "vanilla attention" in text:
+            self._set("flash_attn", "vanilla" not in text, line)
+        elif "Pure bf16" in text:
+            self._set("precision", "pure_bf16", line, overwrite=True)
+        elif "distributed tasks at" in text:
+            m = re.search(r"Initializing (\d+) distributed tasks", text)
+            if m:
+                self._set("num_gpus", _int(m.group(1)), line)
+        elif "GPU type:" in text or "GPU name" in text:
+            m = re.search(r"GPU (?:type|name):\s*(.+)", text)
+            if m:
+                self._set("gpu", m.group(1).strip(), line)
+        if f.model is None and ("oading" in text or "name_or_path" in text):
+            m = _MODEL_PATH.search(text)
+            if m:
+                path = re.sub(r"/(?:config\.json|model[\w.-]*\.(?:safetensors|bin|json)|pytorch_model[\w.-]*)$", "",
+                              m.group(1).rstrip(",."))
+                self._set("model", path, line)
+        if "Instantiating" in text:
+            m = _ARCH.search(text)
+            if m:
+                self._set("precision", _DTYPES.get(m.group(2)), line)
+        if "expandable_segments:True" in text and "try setting" not in text:
+            self._set("expandable_segments", True, line)
+
+    def _banner(self, line, text):
+        for m in list(_BANNER.finditer(text)) + list(_UNSLOTH.finditer(text)):
+            key, val = m.group(1), _int(m.group(2))
+            if key in ("Instantiating batch size per device", "Instantaneous batch size per device",
+                       "Batch size per device"):
+                self._set("batch", val, line, overwrite=True)
+            elif key == "Gradient Accumulation steps":
+                self._set("grad_accum", val, line, overwrite=True)
+            elif key in ("Total optimization steps", "Total steps"):
+                self._set("total_steps", val, line, overwrite=True)
+                self.train_total = val
+            elif key == "Number of trainable parameters":
+                self._set("trainable_params", val, line)
+            elif key == "Num GPUs":
+                self._set("num_gpus", val, line)
+            elif key.startswith("Total train batch size"):
+                b, g = self.f.batch, self.f.grad_accum
+                if b and g and val and val % (b * g) == 0:
+                    self._set("num_gpus", val // (b * g), line)
+            elif key == "Batch size" and self.in_eval:
+                self._set("eval_batch", val, line)
+
+    def _ds_kv(self, line, key, val):
+        if key == "zero_optimization_stage":
+            self._set("deepspeed", f"zero{val}", line, overwrite=True)
+        elif key == "train_micro_batch_size_per_gpu":
+            self._set("batch", _int(val), line)
+        elif key == "gradient_accumulation_steps":
+            self._set("grad_accum", _int(val), line)
+        elif key == "bfloat16_enabled" and val == "True":
+            self._set("precision", "bf16", line)
+        elif key == "fp16_enabled" and val == "True":
+            self._set("precision", "fp16", line)
+        elif key == "world_size":
+            self._set("num_gpus", _int(val), line)
+
+    def _arg(self, line, key, val):
+        if key in ("model_name_or_path", "model"):
+            self._set("model", val, line)
+        elif key == "per_device_train_batch_size":
+            self._set("batch", _int(val), line)
+        elif key == "per_device_eval_batch_size":
+            self._set("eval_batch", _int(val), line)
+        elif key == "gradient_accumulation_steps":
+            self._set("grad_accum", _int(val), line)
+        elif key in ("cutoff_len", "max_seq_length"):
+            self._set("seq_len", _int(val), line)
+        elif key == "finetuning_type":
+            self._set("method", val.lower(), line)
+        elif key == "quantization_bit":
+            self._set("quantization_bit", _int(val), line)
+        elif key == "lora_rank":
+            self._set("lora_rank", _int(val), line)
+        elif key == "lora_target":
+            self._set("lora_target", val, line)
+        elif key in ("bf16", "fp16") and val.lower() in ("true", "1"):
+            self._set("precision", key, line)
+        elif key == "gradient_checkpointing" and val.lower() in ("true", "false"):
+            self._set("grad_ckpt", val.lower() == "true", line)
+        elif key == "nproc_per_node":
+            self._set("num_gpus", _int(val), line)
+        elif key == "deepspeed":
+            m = re.search(r"z(?:ero)?_?(\d)", val)
+            self._set("deepspeed", f"zero{m.group(1)}" + ("_offload" if "offload" in val else "") if m else "unknown",
+                      line)
+
+
+def parse(lines, source="<stdin>"):
+    p = Parser(source)
+    for line in lines:
+        p.feed(line)
+    return p.finish()

@@ -1,0 +1,214 @@
+"""Read: bytes from a file or stdin -> normalised logical lines, streamed in bounded memory.
+
+Normalisation, in order: decode (UTF-8, GB18030/GBK, UTF-16 with BOM; undecodable bytes become
+U+FFFD, never an exception), split lines, resolve carriage-return redraws (tqdm writes every bar
+state as '\\r' + bar, the last one wins), strip ANSI colour codes, strip paste line numbers,
+`host:` and `[rankN]:` / `[default0]:` / Ray `(Actor pid=N)` prefixes (the rank is kept), and re-join
+lines that a terminal or web page hard-wrapped at a fixed width. Every logical line keeps the
+number of the physical line it started on, so evidence can point back into the user's file.
+"""
+
+import codecs
+import re
+import sys
+
+CHUNK = 1 << 20
+MAX_LINE_HEAD = 16 * 1024    # an overlong line keeps its head and its tail: a 1 GB single line of
+MAX_LINE_TAIL = 48 * 1024    # '\r' progress redraws must not grow memory, and its end is what counts
+WRAP_SAMPLE = 2000           # lines looked at to detect a fixed wrap width
+
+
+class InputError(Exception):
+    """A problem with the user's input, reported as one line and exit code 2."""
+
+
+class Line:
+    __slots__ = ("no", "text", "rank")
+
+    def __init__(self, no, text, rank=None):
+        self.no, self.text, self.rank = no, text, rank
+
+    def __repr__(self):
+        return f"Line({self.no}, {self.text!r}, rank={self.rank})"
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|(?<![\w\]])\[[0-9;]{1,8}m")
+_PASTE_NO = re.compile(r"^\[\d{1,7}\] ?")
+_HOST = re.compile(r"^(?:(?:\d{1,3}\.){3}\d{1,3}|[A-Za-z][\w-]*\d[\w-]*): (?=\S)")
+_RANK = re.compile(r"^\[(?:rank(\d+)|[A-Za-z_]*?(\d+))\]:\s?")
+_RAY = re.compile(r"^\((?:[\w.]+) pid=\d+(?:, ip=[\d.]+)?\) ?")
+_BAR_HINT = re.compile(r"%\||\d+/\d+ \[|it/s|s/it")
+
+
+def open_source(path):
+    """Return (display name, binary file object) for a path or '-' (stdin)."""
+    if path in (None, "-"):
+        return "<stdin>", sys.stdin.buffer
+    try:
+        return path, open(path, "rb")
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, not a log file")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file")
+    except PermissionError:
+        raise InputError(f"{path}: permission denied")
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or e})")
+
+
+def sniff_encoding(head):
+    """Pick a codec from the first bytes; raise InputError for binary data."""
+    if head.startswith(codecs.BOM_UTF8):
+        return "utf-8-sig"
+    if head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return "utf-16"
+    sample = head[:65536]
+    if sample and sample.count(b"\x00") > len(sample) // 4:
+        # UTF-16 without a BOM puts a NUL beside every ASCII character.
+        odd, even = sample[1::2].count(0), sample[0::2].count(0)
+        if odd > len(sample) // 3 and even < len(sample) // 20:
+            return "utf-16-le"
+        if even > len(sample) // 3 and odd < len(sample) // 20:
+            return "utf-16-be"
+        raise InputError("input looks like a binary file, not a text log")
+    controls = sum(1 for b in sample if b < 9 or 13 < b < 27 or 27 < b < 32)
+    if sample and controls > len(sample) // 10:
+        raise InputError("input looks like a binary file, not a text log")
+    try:
+        sample.decode("utf-8")
+        return "utf-8"
+    except UnicodeDecodeError as e:
+        if e.start >= len(sample) - 4:      # a character cut by the sample's end
+            return "utf-8"
+    try:
+        sample.decode("gb18030")
+        return "gb18030"
+    except UnicodeDecodeError:
+        return "utf-8"                      # mostly UTF-8 with junk: replace the junk
+
+
+def _decoded_chunks(stream):
+    head = stream.read(CHUNK)
+    if not head:
+        return
+    decoder = codecs.getincrementaldecoder(sniff_encoding(head))(errors="replace")
+    chunk = head
+    while chunk:
+        yield decoder.decode(chunk)
+        chunk = stream.read(CHUNK)
+    tail = decoder.decode(b"", final=True)
+    if tail:
+        yield tail
+
+
+def physical_lines(stream):
+    """Yield physical lines (without '\\n'); an overlong line keeps only its head and tail."""
+    head, tail, overflow = "", "", False
+    for text in _decoded_chunks(stream):
+        parts = text.split("\n")
+        for i, part in enumerate(parts):
+            if overflow:
+                tail = (tail + part)[-MAX_LINE_TAIL:]
+            else:
+                head += part
+                if len(head) > MAX_LINE_HEAD + MAX_LINE_TAIL:
+                    head, tail, overflow = head[:MAX_LINE_HEAD], head[-MAX_LINE_TAIL:], True
+            if i < len(parts) - 1:
+                yield head + ("\r" + tail if overflow else "")
+                head, tail, overflow = "", "", False
+    if head or tail:
+        yield head + ("\r" + tail if overflow else "")
+
+
+def resolve_redraws(text):
+    """'bar1\\rbar2\\rbar3' -> ['bar3']; non-bar messages between redraws are kept in order."""
+    text = text.rstrip("\r")
+    if "\r" not in text:
+        return [text]
+    segs = [s for s in text.split("\r") if s.strip()]
+    if not segs:
+        return [""]
+    return [s for s in segs[:-1] if not _BAR_HINT.search(s)] + [segs[-1]]
+
+
+def strip_prefixes(text):
+    """Remove ANSI codes and wrapper prefixes; return (text, rank or None)."""
+    if "\x1b" in text or "m" in text and "[" in text:
+        text = _ANSI.sub("", text)
+    text = _PASTE_NO.sub("", text, count=1)
+    rank = None
+    for _ in range(3):
+        m = _RANK.match(text)
+        if m:
+            rank = int(m.group(1) or m.group(2))
+            text = text[m.end():]
+            continue
+        m = _HOST.match(text) or _RAY.match(text)
+        if m and not text[:m.end()].rstrip(": ").endswith(("Error", "Exception", "Warning")):
+            text = text[m.end():]
+            continue
+        break
+    return text, rank
+
+
+def detect_wrap_width(lengths):
+    """A width W at which the text was hard-wrapped: many lines exactly W long, none longer."""
+    long_lines = [n for n in lengths if n >= 60]
+    if len(long_lines) < 3:
+        return None
+    width = max(long_lines)
+    at_width = sum(1 for n in long_lines if n == width)
+    if width <= 300 and at_width >= 3 and at_width >= len(long_lines) // 3:
+        return width
+    return None
+
+
+def logical_lines(stream):
+    """Yield normalised Line objects from a binary stream."""
+    pending = []          # first lines, held back until the wrap width is known
+    width = None
+    decided = False
+    carry = None          # (no, text, rank) of a line that may continue on the next one
+
+    def emit(no, raw):
+        nonlocal carry
+        for seg in resolve_redraws(raw):
+            wrapped = width is not None and len(seg) == width
+            text, rank = strip_prefixes(seg)
+            if carry is not None:
+                cno, ctext, crank = carry
+                carry = None
+                if wrapped:
+                    carry = (cno, ctext + text, crank)
+                    continue
+                yield Line(cno, ctext + text, crank)
+                continue
+            if wrapped:
+                carry = (no, text, rank)
+                continue
+            yield Line(no, text, rank)
+
+    for no, raw in enumerate(physical_lines(stream), 1):
+        if not decided:
+            pending.append((no, raw))
+            if len(pending) < WRAP_SAMPLE:
+                continue
+            width = detect_wrap_width([len(r.rstrip("\r")) for _, r in pending])
+            decided = True
+            for pno, praw in pending:
+                yield from emit(pno, praw)
+            pending = []
+            continue
+        yield from emit(no, raw)
+    if not decided:
+        width = detect_wrap_width([len(r.rstrip("\r")) for _, r in pending])
+        for pno, praw in pending:
+            yield from emit(pno, praw)
+    if carry is not None:
+        yield Line(carry[0], carry[1], carry[2])
+
+
+def read_text(text):
+    """Normalise an in-memory string (tests, library use)."""
+    import io
+    return list(logical_lines(io.BytesIO(text.encode("utf-8"))))

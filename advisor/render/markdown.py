@@ -1,0 +1,37 @@
+"""Markdown report, ready to paste as an issue reply."""
+
+from ..i18n import label
+from .text import fact_rows, memory_rows, step_line
+
+
+def render_markdown(d, lang="en"):
+    L = lambda k: label(k, lang)  # noqa: E731
+    out = [f"### {L(d.verdict)}: {d.title}", "", d.summary, "",
+           f"| {L('phase')} | {L('component')} | {L('rule')} |", "|---|---|---|",
+           f"| {L(d.phase)} | {L(d.component)} | `{d.rule}` ({d.confidence:.2f}) |", ""]
+    if d.explanation:
+        out += [d.explanation, ""]
+    rows = memory_rows(d.memory, lang)
+    if rows:
+        out += [f"**{L('numbers')}**", "", "| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows] + [""]
+    if d.budget:
+        from .budget_text import budget_lines
+        out += [f"**{L('budget')}**", "", "```"] + budget_lines(d.budget, lang, d.memory) + ["```", ""]
+    if d.plan:
+        out += [f"**{L('plan')}**", ""]
+        for i, step in enumerate(d.plan, 1):
+            out.append(f"{i}. {step_line(step, lang)}" + (f"  \n   {step['why']}" if step.get("why") else ""))
+        out.append("")
+    if d.patch:
+        out += [f"**{L('patch')}**", "", "```diff", d.patch.rstrip("\n"), "```", ""]
+    if d.conflicts:
+        out += [f"**{L('conflicts')}**: " + "; ".join(f"{c['fact']} log={c['log']} config={c['config']}"
+                                                    for c in d.conflicts), ""]
+    for note in d.notes:
+        out += [f"> {note}", ""]
+    out += [f"<details><summary>{L('evidence')}</summary>", "", "```"]
+    out += [f"{e.line:>6}: {e.text[:200]}" for e in d.evidence] + ["```", "", "</details>"]
+    facts = fact_rows(d.facts)
+    if facts:
+        out += ["", f"_{L('facts')}: " + ", ".join(f"{k}={v}" for k, v in facts) + "_"]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,188 @@
+"""Failure signals: which lines report a failure, of what kind, and the allocator's numbers.
+
+This is parsing knowledge (what each accelerator and PyTorch generation prints), not diagnosis:
+the rules in rules/ decide what a signal means in context. Sources for every pattern are in
+shared/reference/memory-and-allocators.md §5 and logs-and-configs.md §6.
+"""
+
+import re
+from statistics import median
+
+from .units import to_gib
+
+# Kinds, strongest first: the decisive failure is the first signal of the strongest kind.
+DEVICE_OOM, HOST_OOM, HOST_KILL, ERROR, CASCADE = "device_oom", "host_oom", "host_kill", "error", "cascade"
+STRENGTH = {DEVICE_OOM: 0, HOST_OOM: 0, HOST_KILL: 1, ERROR: 2, CASCADE: 3}
+
+# (kind, dialect, pattern). Order matters inside a line: the first match classifies it.
+_PATTERNS = [
+    (CASCADE, "launcher", r"closing signal SIG\w+|ChildFailedError|CalledProcessError|returned non-zero exit status"
+                          r"|Killing subprocess|Root Cause \(first observed failure\)|process \d+ terminated with exit code"),
+    (DEVICE_OOM, "caching_allocator", r"\b(?:CUDA|HIP|XPU|NPU) out of memory\b"),
+    (DEVICE_OOM, "mps", r"MPS backend out of memory"),
+    (DEVICE_OOM, "malloc_async", r"would exceed allowed memory\. \(out of memory\)"),
+    (DEVICE_OOM, "nccl", r"Cuda failure '?out of memory"),
+    (DEVICE_OOM, "driver", r"\b(?:CUDA|HIP|cuda|hip) ?(?:error|Error|ERROR):? ?out of memory|cudaErrorMemoryAllocation"
+                           r"|hipErrorOutOfMemory|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY|PT_DEVMEM Allocation failed"
+                           r"|RESOURCE_EXHAUSTED: Out of memory"),
+    (DEVICE_OOM, "npu_driver", r"\bEL0004\b|driver error:\s*out of memory"),
+    (DEVICE_OOM, "cublas_alloc", r"\bCU(?:BLAS|SOLVER|DNN|SPARSE|FFT)_STATUS_ALLOC_FAILED"),
+    (DEVICE_OOM, "nvml_assert", r"NVML_SUCCESS == r INTERNAL ASSERT FAILED"),
+    (DEVICE_OOM, "oom_exception", r"\b(?:torch\.)?(?:cuda\.)?OutOfMemoryError\b(?!\s*Traceback)"),
+    (HOST_OOM, "cpu_allocator", r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)"),
+    (HOST_OOM, "bad_alloc", r"std::bad_alloc|^(?:\w+\.)*MemoryError\b|\[Errno 12\] Cannot allocate memory"),
+    (HOST_OOM, "ray_memory_monitor", r"ray\.exceptions\.OutOfMemoryError|node running low on memory"),
+    (HOST_KILL, "sigkill", r"exitcode\s*:?\s*-9\b|exit (?:code|status)\s*:?\s*(?:-9|137)\b|return code = -9\b"
+                           r"|Signal 9 \(SIGKILL\)|killed by signal: Killed|^Killed\b|Out of memory: Kill(?:ed)? process"
+                           r"|OOMKilled|oom[-_]kill|SIGKILL by OOM killer|Signals\.SIGKILL"),
+    (CASCADE, "launcher", r"failed \(exitcode: ?-?\d+\)|exitcode\s*:\s*-?\d+ \(pid|exits with return code = -?\d+"
+                          r"|sigkill_handler"),
+    (ERROR, "cuda_error", r"\b(?:CUDA|HIP|cuda|hip|CUDA driver) (?:error|Error)\b"),
+    (ERROR, "nccl", r"Watchdog caught collective operation timeout|NCCL operations have failed or timed out"
+                    r"|\bnccl\w*Error\b|NCCL (?:error|Error|WARN)|ProcessGroupNCCL.*(?:timeout|Timeout|timed out)"),
+    (ERROR, "native", r"terminate called after throwing|Segmentation fault|Signal (?:11|6|7) \(SIG|\bSIG(?:SEGV|ABRT|BUS)\b"
+                      r"|Bus error|what\(\):|Received \d+ death signal|cuBLAS API failed|CUBLAS_STATUS_\w+"
+                      r"|CUDNN_STATUS_\w+|OutOfResources|INTERNAL ASSERT FAILED"),
+    (ERROR, "exception", r"^(?:[\w]+\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)"
+                         r"|^(?:ERROR|FATAL|CRITICAL)\b.*(?:Error|error|failed)"),
+]
+_COMPILED = [(k, d, re.compile(p)) for k, d, p in _PATTERNS]
+
+# Cheap substring prefilter: a line holding none of these cannot be a signal.
+_KEYS = ("rror", "memory", "xception", "xit", "ill", "SIG", "ignal", "ALLOC", "NCCL", "ssert", "ault",
+         "terminate", "what()", "death", "Bus", "ubprocess", "Root Cause", "Interrupt", "OOM", "oom", "EL0004",
+         "Resources", "STATUS", "low on", "failed")
+
+
+def classify(text):
+    """(kind, dialect) when the line reports a failure, else None."""
+    if not any(k in text for k in _KEYS):
+        return None
+    if "Warning" in text and "Error" not in text and "memory" not in text:
+        return None
+    for kind, dialect, rx in _COMPILED:
+        if rx.search(text):
+            return kind, dialect
+    return None
+
+
+def accelerator_of(text):
+    """Which device family an OOM message names."""
+    for word, acc in (("HIP", "rocm"), ("hip", "rocm"), ("NPU", "npu"), ("EL0004", "npu"), ("XPU", "xpu"),
+                      ("UR_RESULT", "xpu"), ("MPS", "mps"), ("CUDA", "cuda"), ("cuda", "cuda"), ("Cuda", "cuda"),
+                      ("CUBLAS", "cuda"), ("NVML", "cuda"), ("GPU", "cuda"), ("exceed allowed memory", "cuda")):
+        if word in text:
+            return acc
+    return "unknown"
+
+
+# ---- allocator numbers -------------------------------------------------------------------------
+# Patterns tolerate missing spaces: continuation lines of a hard-wrapped message are joined
+# without a separator (a wrap can fall inside a word or a number), so "a to" + "tal" stays whole.
+_S = r"(\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B))"
+_W = r"\s*"
+_FIELDS = {
+    "tried": re.compile(r"(?:Tried|tried)" + _W + "to" + _W + "allocate" + _W + r"(?:more" + _W + "than" + _W + ")?" + _S),
+    "total": re.compile(r"total" + _W + r"capac(?:i)?ty" + _W + "of" + _W + _S + r"|" + _S + _W + "total" + _W + "capacity"),
+    "free": re.compile(r"of" + _W + "which" + _W + _S + _W + r"is" + _W + "free|" + _S + _W + r"free\s*[;)]"),
+    "allocated": re.compile(_S + _W + r"is" + _W + "allocated" + _W + "by" + _W + "PyTorch|" + _S + _W + "already" + _W + "allocated"),
+    "reserved_unallocated": re.compile(_S + _W + r"is" + _W + "reserved" + _W + "by" + _W + "PyTorch" + _W + "but" + _W + "unallocated"),
+    "reserved_total": re.compile(_S + _W + r"(?:reserved" + _W + "in" + _W + r"total|cached\))"),
+    "this_process": re.compile(r"this" + _W + "process" + _W + "has" + _W + _S + _W + "memory" + _W + "in" + _W + "use"),
+    "device": re.compile(r"(?:GPU|NPU|XPU)" + r"\s?(\d*)" + _W + r"has" + _W + "a" + _W + r"total|\((?:GPU|NPU|XPU)\s*(\d+);"),
+}
+_PROCESS = re.compile(r"Process" + _W + r"(\d+)" + _W + "has" + _W + _S + _W + "memory" + _W + "in" + _W + "use")
+_MPS = re.compile(r"MPS allocated:\s*" + _S + r",\s*other allocations:\s*" + _S + r"(?:,\s*max allowed:\s*" + _S + ")?")
+_ASYNC = {
+    "allocated": re.compile(r"Currently allocated\s*:\s*" + _S),
+    "tried": re.compile(r"Requested\s*:\s*" + _S),
+    "total": re.compile(r"Device limit\s*:\s*" + _S),
+    "free": re.compile(r"Free \(according to CUDA\)\s*:\s*" + _S),
+}
+_HOST_BYTES = re.compile(r"(?:tried to allocate|allocate)\s*(\d+)\s*bytes")
+_DONE = re.compile(r"but\s*unallocated|reserved\s*in\s*total\s*by\s*PyTorch\)|cached\)|See\s*documentation"
+                   r"|on (?:private|shared) pool|Free \(according to CUDA\)")
+
+
+def _first(rx, text):
+    m = rx.search(text)
+    if not m:
+        return None
+    return to_gib(next(g for g in m.groups() if g is not None))
+
+
+def oom_block(lines, start, limit=10):
+    """Join the OOM message that starts at lines[start] with its continuation lines."""
+    from .reader import _BAR_HINT
+    text = lines[start].text
+    for ln in lines[start + 1:start + limit]:
+        if _DONE.search(text):
+            break
+        nxt = ln.text
+        if not nxt.strip() or _BAR_HINT.search(nxt) or nxt.lstrip().startswith(("File ", "Traceback", "[")) \
+                or classify(nxt) and "out of memory" in nxt:
+            break
+        text += nxt
+    return text
+
+
+def parse_numbers(block):
+    """Allocator numbers (GiB) from one OOM message; keys follow DESIGN §3 `memory`."""
+    mem = {"total_gib": None, "free_gib": None, "tried_gib": None, "allocated_by_pytorch_gib": None,
+           "reserved_unallocated_gib": None, "process_in_use_gib": None, "other_processes_gib": None}
+    if "MPS" in block:
+        m = _MPS.search(block)
+        if m:
+            mem["allocated_by_pytorch_gib"] = to_gib(m.group(1))
+            mem["other_allocations_gib"] = to_gib(m.group(2))
+            mem["total_gib"] = to_gib(m.group(3)) if m.group(3) else None
+        mem["tried_gib"] = _first(_FIELDS["tried"], block)
+        return mem
+    if "Currently allocated" in block:
+        for key, rx in _ASYNC.items():
+            mem[{"allocated": "allocated_by_pytorch_gib"}.get(key, key + "_gib")] = _first(rx, block)
+        return mem
+    if "DefaultCPUAllocator" in block or "bytes" in block and "CPU" in block:
+        m = _HOST_BYTES.search(block)
+        mem["tried_gib"] = int(m.group(1)) / 2**30 if m else None
+        return mem
+    mem["tried_gib"] = _first(_FIELDS["tried"], block)
+    mem["total_gib"] = _first(_FIELDS["total"], block)
+    mem["free_gib"] = _first(_FIELDS["free"], block)
+    mem["allocated_by_pytorch_gib"] = _first(_FIELDS["allocated"], block)
+    mem["reserved_unallocated_gib"] = _first(_FIELDS["reserved_unallocated"], block)
+    if mem["reserved_unallocated_gib"] is None:
+        total_reserved = _first(_FIELDS["reserved_total"], block)
+        if total_reserved is not None and mem["allocated_by_pytorch_gib"] is not None:
+            mem["reserved_unallocated_gib"] = max(0.0, total_reserved - mem["allocated_by_pytorch_gib"])
+    mem["process_in_use_gib"] = _first(_FIELDS["this_process"], block)
+    procs = [to_gib(m.group(2)) for m in _PROCESS.finditer(block)]
+    if procs:
+        mem["other_processes_gib"] = _others(procs, mem)
+    return mem
+
+
+def _others(procs, mem):
+    """Sum of the other processes' memory. Without a 'this process' line (NVML inside a container
+    sees other PIDs), the failing process itself is listed as 'Process P has M' where M is about
+    what PyTorch holds plus the CUDA context; that line is not another process."""
+    if mem["process_in_use_gib"] is None and mem["allocated_by_pytorch_gib"] is not None:
+        own = mem["allocated_by_pytorch_gib"] + (mem["reserved_unallocated_gib"] or 0.0)
+        selfish = [p for p in procs if own - 0.05 <= p <= own + 4.0]
+        if selfish:
+            procs = list(procs)
+            procs.remove(min(selfish, key=lambda p: abs(p - own)))
+    return sum(procs)
+
+
+def device_index(block):
+    m = _FIELDS["device"].search(block)
+    if not m:
+        return None
+    idx = m.group(1) or m.group(2)
+    return int(idx) if idx else None
+
+
+def typical(values):
+    vals = [v for v in values if v is not None]
+    return median(vals) if vals else None

@@ -1,0 +1,84 @@
+"""Typed events of a run, in log order: what the parser hands to the diagnosis."""
+
+from typing import List, Optional
+
+from pydantic import BaseModel, Field
+
+
+class Marker(BaseModel):
+    """A phase marker: loading, setup, training start, evaluation, save, end of training."""
+    kind: str            # load | load_done | setup | train_start | eval_start | eval_done | save | train_done | predict
+    line: int
+    text: str
+    step: Optional[int] = None
+    total: Optional[int] = None
+
+
+class Frame(BaseModel):
+    """One traceback frame; `line` is the log line, not the source line number."""
+    path: str
+    func: str
+    line: int
+    source: str = ""
+    rank: Optional[int] = None
+
+
+class Signal(BaseModel):
+    """A line that reports a failure (see signals.py for the kinds)."""
+    kind: str
+    dialect: str
+    line: int
+    text: str
+    rank: Optional[int] = None
+
+
+class Facts(BaseModel):
+    """What the run was: from the log, the config, or the command line; None when unknown."""
+    framework: Optional[str] = None
+    model: Optional[str] = None
+    params_b: Optional[float] = None
+    trainable_params: Optional[int] = None
+    method: Optional[str] = None            # full | lora | qlora | freeze | oft
+    precision: Optional[str] = None         # fp32 | fp16 | bf16 | pure_bf16
+    quantization_bit: Optional[int] = None
+    batch: Optional[int] = None
+    grad_accum: Optional[int] = None
+    seq_len: Optional[int] = None
+    grad_ckpt: Optional[bool] = None
+    deepspeed: Optional[str] = None         # none | zero0..zero3 | zero2_offload | zero3_offload
+    num_gpus: Optional[int] = None
+    step: Optional[int] = None
+    total_steps: Optional[int] = None
+    eval_batch: Optional[int] = None
+    flash_attn: Optional[bool] = None
+    optim: Optional[str] = None
+    lora_rank: Optional[int] = None
+    lora_target: Optional[str] = None
+    gpu: Optional[str] = None
+    expandable_segments: Optional[bool] = None
+    eval_accumulation_steps: Optional[int] = None
+    predict_with_generate: Optional[bool] = None
+    packing: Optional[bool] = None
+
+
+class Context(BaseModel):
+    """The state of the run when its final failure began."""
+    last_marker: Optional[Marker] = None
+    step: Optional[int] = None              # training steps completed (from the progress bar)
+    total_steps: Optional[int] = None
+    losses_logged: int = 0
+    in_eval: bool = False
+
+
+class Timeline(BaseModel):
+    """Everything the diagnosis needs, bounded in size whatever the log's length."""
+    source: str = "<stdin>"
+    line_count: int = 0
+    facts: Facts = Field(default_factory=Facts)
+    markers: List[Marker] = Field(default_factory=list)
+    signals: List[Signal] = Field(default_factory=list)      # the final failure's signals
+    earlier_failures: int = 0                                # failures the run recovered from
+    context: Context = Field(default_factory=Context)        # at the final failure (or the end)
+    ranks: List[int] = Field(default_factory=list)
+    window: list = Field(default_factory=list)               # reader.Line objects around the failure
+    fact_lines: dict = Field(default_factory=dict)           # fact name -> log line it came from

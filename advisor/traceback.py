@@ -1,0 +1,51 @@
+"""Traceback frames in the three styles users paste: CPython, IPython/Jupyter and rich boxes."""
+
+import re
+
+from .timeline import Frame
+
+_CPYTHON = re.compile(r"Fil+e \"(?P<path>[^\"]+)\", line (?P<no>\d+), in (?P<func>[\w<>.]+)")
+_IPYTHON = re.compile(r"^File (?P<path>\S+):(?P<no>\d+), in (?P<func>[\w.<>]+)\(")
+_RICH = re.compile(r"│\s*(?P<path>\S+\.py):(?P<no>\d+) in (?P<func>\w+)")
+_BARE = re.compile(r"(?:^|\s)line (?P<no>\d+), in (?P<func>[\w<>.]+)\s*$")   # a frame cut before "File"
+_CPP = re.compile(r"^frame #\d+: ")
+
+
+def parse_frame(text):
+    for rx in (_CPYTHON, _IPYTHON, _RICH, _BARE):
+        m = rx.search(text)
+        if m:
+            path = m.groupdict().get("path") or ""
+            func = m.group("func").split(".")[-1]
+            return path.replace("\\", "/"), func
+    return None
+
+
+def frames_of(lines):
+    """All Python frames in `lines`, each with the source line that followed it."""
+    frames = []
+    for i, ln in enumerate(lines):
+        hit = parse_frame(ln.text)
+        if not hit:
+            continue
+        source = ""
+        if i + 1 < len(lines):
+            nxt = lines[i + 1].text.strip()
+            if nxt and not parse_frame(nxt) and not _CPP.match(nxt) and not set(nxt) <= set("^~ "):
+                source = nxt[:300]
+        frames.append(Frame(path=hit[0], func=hit[1], line=ln.no, source=source, rank=ln.rank))
+    return frames
+
+
+def decisive_frames(frames, signal_line, rank=None, boundaries=()):
+    """The traceback that belongs to the failure at `signal_line`: frames since the previous
+    traceback boundary (an earlier error line), of the same rank when ranks are known. When the
+    paste put the frames after the message (a quoted error line, then the trace), take those."""
+    if rank is not None and any(f.rank is not None for f in frames):
+        frames = [f for f in frames if f.rank in (rank, None)]
+    start = max((b for b in boundaries if b < signal_line), default=0)
+    before = [f for f in frames if start < f.line < signal_line]
+    if before:
+        return before
+    end = min((b for b in boundaries if b > signal_line), default=float("inf"))
+    return [f for f in frames if signal_line < f.line < end]

@@ -1,0 +1,39 @@
+"""Sizes as allocators print them ("20.00 MiB", "1.2 GB", "104857600 bytes") converted to GiB."""
+
+import re
+
+_FACTORS = {
+    "b": 1, "byte": 1, "bytes": 1,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+    # Decimal-looking units: PyTorch's old messages and DeepSpeed print "GB" meaning GiB-ish
+    # values computed with 1024 divisors, so they are read as binary units.
+    "kb": 2**10, "mb": 2**20, "gb": 2**30, "tb": 2**40,
+    "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40,
+}
+
+SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|byte|[KMGT]i?B|B)\b"
+_SIZE_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B|bytes?|B|[KMGT])\b", re.I)
+
+
+def to_gib(text):
+    """'20.00 MiB' -> 0.01953...; None when the text holds no size."""
+    if text is None:
+        return None
+    m = _SIZE_RE.search(str(text))
+    if not m:
+        return None
+    return float(m.group(1)) * _FACTORS[m.group(2).lower()] / 2**30
+
+
+def parse_count(text):
+    """'7B' -> 7e9, '1.5b' -> 1.5e9, '350M' -> 3.5e8, '20,971,520' -> 20971520."""
+    t = str(text).strip().replace(",", "").replace("_", "")
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kKmMbBtT]?)", t)
+    if not m:
+        return None
+    mult = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}[m.group(2).lower()]
+    return float(m.group(1)) * mult
+
+
+def round_gib(x, nd=3):
+    return None if x is None else round(x, nd)

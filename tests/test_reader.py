@@ -1,0 +1,81 @@
+"""Reading: encodings, redraws, prefixes, hard wraps, binary input, overlong lines."""
+
+import io
+
+import pytest
+
+from advisor.reader import InputError, detect_wrap_width, logical_lines
+
+OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+       "23.67 GiB of which 1.05 GiB is free. Of the allocated memory 20.91 GiB is allocated by PyTorch, and 1.21 GiB "
+       "is reserved by PyTorch but unallocated.")
+
+
+def lines_of(data):
+    return list(logical_lines(io.BytesIO(data)))
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-8-sig", "gb18030", "gbk", "utf-16"])
+def test_decodes_common_encodings(encoding):
+    text = "加载模型中……\n训练开始\n" + OOM + "\n"
+    got = lines_of(text.encode(encoding))
+    assert got[0].text == "加载模型中……"
+    assert got[2].text == OOM
+
+
+def test_undecodable_bytes_never_fail():
+    got = lines_of(b"ok line\n\xff\xfe\xfa broken \xc3 bytes\n" + OOM.encode())
+    assert got[-1].text == OOM
+
+
+def test_crlf_ansi_and_redraws():
+    data = (b"\x1b[33mWARNING\x1b[0m: something\r\n"
+            b"  1%|          | 1/100 [00:01<01:39, 1.0s/it]\r  2%|          | 2/100 [00:02<01:38, 1.0s/it]\r\n"
+            b"next\r\n")
+    got = [ln.text for ln in lines_of(data)]
+    assert got == ["WARNING: something", "  2%|          | 2/100 [00:02<01:38, 1.0s/it]", "next"]
+
+
+def test_message_between_redraws_is_kept():
+    got = [ln.text for ln in lines_of(b" 10%|# | 1/10 [00:01<00:09]\r{'loss': 1.0}\r 20%|## | 2/10 [00:02<00:08]\n")]
+    assert got == ["{'loss': 1.0}", " 20%|## | 2/10 [00:02<00:08]"]
+
+
+def test_rank_and_host_prefixes_are_stripped_and_rank_kept():
+    got = lines_of(b"[rank3]: torch.OutOfMemoryError: x\nnode01: [default2]:hello\n[1744] plain\n")
+    assert (got[0].text, got[0].rank) == ("torch.OutOfMemoryError: x", 3)
+    assert (got[1].text, got[1].rank) == ("hello", 2)
+    assert got[2].text == "plain"
+
+
+def test_error_names_are_not_taken_for_hosts():
+    got = lines_of(b"RuntimeError: CUDA error: out of memory\n")
+    assert got[0].text == "RuntimeError: CUDA error: out of memory"
+
+
+def test_hard_wrapped_lines_are_rejoined_with_original_numbers():
+    body = "\n".join(["x" * 100, "y" * 100, "z" * 100, "intro"]) + "\n"
+    wrapped = [OOM[i:i + 100] for i in range(0, len(OOM), 100)]
+    got = lines_of((body + "\n".join(wrapped) + "\nafter\n").encode())
+    texts = [ln.text for ln in got]
+    assert OOM in texts
+    assert got[texts.index(OOM)].no == 5
+    assert texts[-1] == "after"
+
+
+def test_wrap_width_needs_evidence():
+    assert detect_wrap_width([40, 120, 80, 95]) is None
+    assert detect_wrap_width([100, 100, 100, 37, 100]) == 100
+
+
+def test_binary_input_is_refused():
+    with pytest.raises(InputError):
+        lines_of(bytes(range(256)) * 64)
+
+
+def test_overlong_line_keeps_head_and_tail_only():
+    bar = "".join(f"\r {i % 100}%|#| {i}/1000000 [00:00<00:00]" for i in range(200000))
+    got = lines_of((bar + "\nend\n").encode())
+    assert got[0].text.endswith("199999/1000000 [00:00<00:00]")
+    assert len(got[0].text) < 200
+    assert got[1].text == "end"

@@ -1,0 +1,50 @@
+"""Every rule's own samples: trigger ones must be decided by it, ignore ones must not."""
+
+import pytest
+
+from advisor.pipeline import diagnose_text
+from advisor.rules import ACTIONS, load_rules
+
+RULES = load_rules()
+CASES = [(r.id, "trigger", i, s) for r in RULES for i, s in enumerate(r.samples.trigger)] + \
+        [(r.id, "ignore", i, s) for r in RULES for i, s in enumerate(r.samples.ignore)]
+
+
+@pytest.mark.parametrize("rule_id,kind,index,sample", CASES, ids=[f"{c[0]}-{c[1]}{c[2]}" for c in CASES])
+def test_rule_sample(rule_id, kind, index, sample):
+    d = diagnose_text(sample, with_plan=False)
+    if kind == "trigger":
+        assert d.rule == rule_id, f"expected {rule_id}, got {d.rule}: {d.summary}"
+    else:
+        assert d.rule != rule_id
+
+
+def test_every_rule_has_samples_both_ways():
+    for r in RULES:
+        assert r.samples.trigger, r.id
+        assert r.samples.ignore, r.id
+
+
+def test_ids_are_unique_and_priorities_break_ties():
+    ids = [r.id for r in RULES]
+    assert len(ids) == len(set(ids))
+    # two rules that can match the same signal must not share a priority, or file order would decide
+    by_prio = {}
+    for r in RULES:
+        for s in {s.split(":")[0] for s in r.when.signal or ["*"]}:
+            by_prio.setdefault((s, r.priority), []).append(r.id)
+    clashes = {k: v for k, v in by_prio.items() if len(v) > 1 and k[0] != "error"}
+    assert not clashes, clashes
+
+
+def test_rule_actions_are_in_the_vocabulary():
+    for r in RULES:
+        assert all(a in ACTIONS for a in r.actions), r.id
+
+
+def test_broken_rule_file_names_file_and_field(tmp_path):
+    from advisor.rules import RuleError
+    (tmp_path / "OOM777.yaml").write_text("id: OOM777\nname: x\npriority: 1\nverdict: maybe\n")
+    with pytest.raises(RuleError) as e:
+        load_rules.__wrapped__(tmp_path)
+    assert "OOM777.yaml" in str(e.value)

@@ -1,0 +1,101 @@
+"""Every OOM dialect of the reference: classified, and its numbers read as DESIGN §3 defines them."""
+
+import pytest
+
+from advisor import signals as sig
+
+GiB = 1.0
+MiB = 1 / 1024
+
+DIALECTS = [
+    ("old-bracket",
+     "RuntimeError: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total capacity; 14.20 GiB "
+     "already allocated; 10.75 MiB free; 14.50 GiB reserved in total by PyTorch)",
+     "cuda", dict(tried_gib=20 * MiB, total_gib=15.78, allocated_by_pytorch_gib=14.20, free_gib=10.75 * MiB,
+                  reserved_unallocated_gib=0.30)),
+    ("old-cached",
+     "RuntimeError: CUDA out of memory. Tried to allocate 12.00 MiB (GPU 0; 10.92 GiB total capacity; 9.80 GiB "
+     "already allocated; 5.50 MiB free; 120.00 MiB cached)",
+     "cuda", dict(tried_gib=12 * MiB, total_gib=10.92, free_gib=5.5 * MiB)),
+    ("2.1-capacty-typo",
+     "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacty of "
+     "79.15 GiB of which 512.00 MiB is free. Including non-PyTorch memory, this process has 78.63 GiB memory in use. "
+     "Of the allocated memory 76.00 GiB is allocated by PyTorch, and 1.50 GiB is reserved by PyTorch but unallocated.",
+     "cuda", dict(tried_gib=1.0, total_gib=79.15, free_gib=0.5, process_in_use_gib=78.63,
+                  allocated_by_pytorch_gib=76.0, reserved_unallocated_gib=1.5)),
+    ("empty-gpu-index-with-other-process",
+     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU  has a total capacity of 23.65 GiB "
+     "of which 100.00 MiB is free. Process 4242 has 12.00 GiB memory in use. Including non-PyTorch memory, this "
+     "process has 11.50 GiB memory in use. Of the allocated memory 10.80 GiB is allocated by PyTorch, and 200.00 MiB "
+     "is reserved by PyTorch but unallocated.",
+     "cuda", dict(total_gib=23.65, other_processes_gib=12.0, process_in_use_gib=11.5)),
+    ("malloc-async",
+     "Allocation on device 0 would exceed allowed memory. (out of memory)\nCurrently allocated     : 22.10 GiB\n"
+     "Requested               : 1.50 GiB\nDevice limit            : 23.65 GiB\nFree (according to CUDA): 40.00 MiB",
+     "cuda", dict(allocated_by_pytorch_gib=22.10, tried_gib=1.5, total_gib=23.65, free_gib=40 * MiB)),
+    ("mps",
+     "RuntimeError: MPS backend out of memory (MPS allocated: 17.50 GB, other allocations: 1.20 GB, max allowed: "
+     "18.13 GB). Tried to allocate 256.00 MB on private pool. Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0",
+     "mps", dict(allocated_by_pytorch_gib=17.5, other_allocations_gib=1.2, total_gib=18.13, tried_gib=0.25)),
+    ("npu-bracket",
+     "RuntimeError: NPU out of memory. Tried to allocate 926.00 MiB (NPU 14; 60.97 GiB total capacity; 8.99 GiB "
+     "already allocated; 8.99 GiB current active; 827.40 MiB free; 59.48 GiB reserved in total by PyTorch)",
+     "npu", dict(tried_gib=926 * MiB, total_gib=60.97, allocated_by_pytorch_gib=8.99, free_gib=827.4 * MiB,
+                 reserved_unallocated_gib=50.49)),
+    ("xpu",
+     "torch.OutOfMemoryError: XPU out of memory. Tried to allocate 3.00 GiB. GPU 0 has a total capacity of "
+     "15.11 GiB. Of the allocated memory 13.90 GiB is allocated by PyTorch, and 700.00 MiB is reserved by PyTorch "
+     "but unallocated. Please use `empty_cache` to release all unoccupied cached memory.",
+     "xpu", dict(tried_gib=3.0, total_gib=15.11, free_gib=None, allocated_by_pytorch_gib=13.9)),
+    ("hip",
+     "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 124.00 MiB. GPU 0 has a total capacity of "
+     "63.98 GiB of which 554.47 MiB is free. Of the allocated memory 61.87 GiB is allocated by PyTorch, and "
+     "165.29 MiB is reserved by PyTorch but unallocated.",
+     "rocm", dict(total_gib=63.98, reserved_unallocated_gib=165.29 * MiB)),
+]
+
+
+@pytest.mark.parametrize("name,text,acc,want", DIALECTS, ids=[d[0] for d in DIALECTS])
+def test_dialect_numbers(name, text, acc, want):
+    first = text.splitlines()[0]
+    assert sig.classify(first)[0] == sig.DEVICE_OOM
+    assert sig.accelerator_of(first) == acc
+    mem = sig.parse_numbers(text.replace("\n", ""))
+    for key, value in want.items():
+        if value is None:
+            assert mem.get(key) is None, key
+        else:
+            assert mem.get(key) == pytest.approx(value, abs=0.006), key
+
+
+def test_the_failing_process_listed_as_a_process_is_not_another_process():
+    # NVML inside a container: the rank itself appears as "Process P has M", with no "this process" line.
+    text = ("CUDA out of memory. Tried to allocate 112.00 MiB. GPU 7 has a total capacity of 39.39 GiB of which "
+            "14.00 MiB is free. Process 1117993 has 39.36 GiB memory in use. Of the allocated memory 38.34 GiB is "
+            "allocated by PyTorch, and 385.64 MiB is reserved by PyTorch but unallocated.")
+    assert sig.parse_numbers(text)["other_processes_gib"] == 0
+
+
+@pytest.mark.parametrize("line,kind", [
+    ("RuntimeError: [enforce fail at alloc_cpu.cpp:83] err == 0. DefaultCPUAllocator: can't allocate memory: you "
+     "tried to allocate 104857600 bytes. Error code 12 (Cannot allocate memory)", sig.HOST_OOM),
+    ("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 1 (pid: 9) of binary: x",
+     sig.HOST_KILL),
+    ("E0529 17:45:56.327000 3387988 api.py:869] failed (exitcode: 1) local_rank: 0 (pid: 93043) of binary: x",
+     sig.CASCADE),
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", sig.DEVICE_OOM),
+    ("RuntimeError: CUDA error: out of memory", sig.DEVICE_OOM),
+    ("RuntimeError: CUDA error: an illegal memory access was encountered", sig.ERROR),
+    ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:", sig.CASCADE),
+    ("Killed", sig.HOST_KILL),
+    ("UserWarning: the memory of something is deprecated", None),
+    ("{'loss': 0.91, 'grad_norm': 0.3, 'learning_rate': 2e-05, 'epoch': 0.5}", None),
+])
+def test_classify(line, kind):
+    got = sig.classify(line)
+    assert (got[0] if got else None) == kind
+
+
+def test_host_bytes():
+    mem = sig.parse_numbers("DefaultCPUAllocator: can't allocate memory: you tried to allocate 268435456 bytes.")
+    assert mem["tried_gib"] == pytest.approx(0.25)
