@@ -69,6 +69,65 @@ def diagnose(log, config_path, gpu, model, params, fmt, lang, write, output):
     _emit(render(d, fmt, lang, color=use_color() and not output), output)
     sys.exit(EXIT_OOM if d.verdict in ("device_oom", "host_oom") else EXIT_OK)
 
+@cli.command()
+@click.option("--model", help="Model name or path, e.g. Qwen2.5-7B-Instruct.")
+@click.option("--model-config", type=click.Path(), help="An HF config.json describing the model.")
+@click.option("--params", help="Parameter count for an uncatalogued model, e.g. 7B.")
+@click.option("--method", type=click.Choice(["full", "lora", "qlora", "freeze"]))
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "pure_bf16"]))
+@click.option("--quant-bits", type=click.Choice(["4", "8"]), help="Quantise the frozen base to 4 or 8 bits.")
+@click.option("--batch", type=click.IntRange(min=1), help="Per-device batch size.")
+@click.option("--seq", type=click.IntRange(min=1), help="Sequence length (tokens).")
+@click.option("--grad-ckpt/--no-grad-ckpt", default=None, help="Gradient checkpointing.")
+@click.option("--lora-rank", type=click.IntRange(min=1))
+@click.option("--lora-target", help="all, or a list such as q_proj,v_proj.")
+@click.option("--flash-attn/--no-flash-attn", default=None, help="FlashAttention/SDPA (no s² scores) or eager.")
+@click.option("--optim", help="Optimizer, e.g. adamw_torch, paged_adamw_8bit, adafactor, sgd.")
+@click.option("--gpus", type=click.IntRange(min=1), help="Number of GPUs.")
+@click.option("--zero", type=click.IntRange(0, 3), help="DeepSpeed ZeRO stage.")
+@click.option("--offload", is_flag=True, default=None, help="ZeRO CPU offload.")
+@click.option("--gpu", help="GPU name or size, e.g. 4090, A100-80G, 24GiB.")
+@click.option("--config", "config_path", type=click.Path(), help="Derive everything from a training config.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html"]), default="text")
+@LANG
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report here.")
+def budget(model, model_config, params, method, precision, quant_bits, batch, seq, grad_ckpt, lora_rank,
+           lora_target, flash_attn, optim, gpus, zero, offload, gpu, config_path, fmt, lang, output):
+    """Memory budget of a planned run: GiB per component, and whether it fits the card."""
+    from .budget import estimate
+    from .runspec import spec_from_facts
+    lang = lang or default_lang()
+    facts = {}
+    if config_path:
+        from .config import load_config
+        facts = load_config(config_path).facts.model_dump()
+    overrides = dict(method=method, precision=precision, quantization_bit=int(quant_bits) if quant_bits else None,
+                     batch=batch, seq_len=seq, grad_ckpt=grad_ckpt, lora_rank=lora_rank, lora_target=lora_target,
+                     flash_attn=flash_attn, optim=optim, num_gpus=gpus,
+                     deepspeed=(f"zero{zero}" + ("_offload" if offload else "")) if zero is not None else None)
+    if model or model_config or params:
+        facts.pop("model", None)
+    spec, notes = spec_from_facts(facts, gpu=gpu, model=model, params=params, model_config=model_config,
+                                  overrides=overrides)
+    if spec is None:
+        fail("; ".join(n for n in notes if n) + " — give --model NAME, --model-config config.json or --params 7B"
+             if notes else "no model: give --model NAME, --model-config config.json or --params 7B")
+    if offload and spec.zero == 0:
+        spec = spec.model_copy(update={"offload": True})
+    result = estimate(spec)
+    result.assumptions = notes + result.assumptions
+    if fmt == "json":
+        import json
+        text = json.dumps(result.to_json_dict(), ensure_ascii=False, indent=2) + "\n"
+    elif fmt == "html":
+        from .render.html import render_budget_html
+        text = render_budget_html(result, spec, lang)
+    else:
+        from .render.budget_text import render_budget_text
+        text = render_budget_text(result, lang, fmt)
+    _emit(text, output)
+    sys.exit(EXIT_OOM if result.fits is False else EXIT_OK)
+
 
 @cli.command("rules")
 @LANG
@@ -98,6 +157,10 @@ def explain(rule_id, lang):
         else:
             fail(f"unknown rule {rule_id!r}; nearest: {', '.join(near)} (see `oom-doctor rules`)")
     click.echo(explain_text(rule, lang or default_lang()))
+
+
+from .triage_cli import triage  # noqa: E402  (issue 5; heavy imports stay inside the command)
+cli.add_command(triage)
 
 
 def _emit(text, output):

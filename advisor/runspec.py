@@ -1,0 +1,92 @@
+"""From what we know about a run (log facts, config, command-line flags) to a budget Spec.
+
+Every value the estimate needs but nobody stated is filled with the framework's default or a
+stated guess, and each guess is listed so the user can correct it.
+"""
+
+from .budget import Spec
+from .catalog import find_gpu, find_model, generic_shape, gpu_from_capacity, parse_params
+from .reader import InputError
+
+
+def resolve_model(model=None, params=None, facts_model=None, facts_params=None, model_config=None):
+    """(ModelShape or None, notes)."""
+    from .catalog import shape_from_config_json
+    if model_config:
+        return shape_from_config_json(model_config), []
+    notes = []
+    for name in (model, facts_model):
+        if name:
+            shape, note = find_model(name)
+            if shape is not None:
+                return shape, [note] if note else []
+            notes.append(note)
+    count = parse_params(params) if params else facts_params
+    if count:
+        shape = generic_shape(float(count))
+        return shape, notes + [f"model shape unknown: {shape.name}"]
+    return None, notes
+
+
+def resolve_gpu(gpu=None, memory=None, facts_gpu=None):
+    """(Gpu or None, notes): --gpu first, then the allocator's capacity, then a GPU name in the log."""
+    if gpu:
+        g, note = find_gpu(gpu)
+        if g is None:
+            raise InputError(f"--gpu {gpu!r}: unknown GPU; give a name (4090, A100-80G) or a size (24GiB)")
+        return g, [note] if note else []
+    total = (memory or {}).get("total_gib")
+    if total:
+        return gpu_from_capacity(total), []
+    if facts_gpu:
+        g, note = find_gpu(facts_gpu)
+        return g, [note] if note and g else []
+    return None, []
+
+
+def spec_from_facts(facts, memory=None, gpu=None, model=None, params=None, model_config=None, overrides=None):
+    """(Spec, notes) or (None, notes) when the model cannot be determined."""
+    f = dict(facts or {})
+    f.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    shape, notes = resolve_model(model, params, f.get("model"), f.get("params_b"), model_config)
+    if shape is None:
+        return None, notes
+    card, gnotes = resolve_gpu(gpu, memory, f.get("gpu"))
+    notes += gnotes
+    method = (f.get("method") or "").lower()
+    bits = f.get("quantization_bit")
+    if method in ("", "unknown"):
+        trainable, total = f.get("trainable_params"), shape.params_b * 1e9
+        method = "full" if trainable and trainable > 0.5 * total else "lora"
+        notes.append(f"fine-tuning method not stated: assumed {method}")
+    if method in ("oft", "dora"):
+        method = "lora"
+    if method == "qlora" and not bits:
+        bits = 4
+    if bits and method == "lora" and bits == 4:
+        method = "qlora"
+    precision = f.get("precision")
+    if not precision:
+        precision = "bf16" if card is None or card.bf16 is not False else "fp16"
+        notes.append(f"precision not stated: assumed {precision}")
+    batch, seq = f.get("batch"), f.get("seq_len")
+    if not batch:
+        batch = 1
+        notes.append("per-device batch not stated: assumed 1")
+    if not seq:
+        seq = 1024
+        notes.append("sequence length not stated: assumed 1024 tokens")
+    grad_ckpt = f.get("grad_ckpt")
+    if grad_ckpt is None:
+        grad_ckpt = f.get("framework") in (None, "llamafactory", "trl")
+        notes.append(f"gradient checkpointing not stated: assumed {'on' if grad_ckpt else 'off'} "
+                     f"({f.get('framework') or 'framework'} default)")
+    ds = str(f.get("deepspeed") or "")
+    zero = int(ds[4]) if ds.startswith("zero") and ds[4:5].isdigit() else 0
+    spec = Spec(model=shape, method=method, precision=precision, quant_bits=bits, batch=int(batch), seq=int(seq),
+                grad_ckpt=bool(grad_ckpt), lora_rank=int(f.get("lora_rank") or 8),
+                lora_target=str(f.get("lora_target") or "all"), flash_attn=f.get("flash_attn") is not False,
+                optim=str(f.get("optim") or "adamw_torch"), gpus=int(f.get("num_gpus") or 1), zero=zero,
+                offload="offload" in ds, capacity_gib=card.capacity_gib if card else None,
+                bf16_native=card.bf16 if card else None, liger=bool(f.get("liger")))
+    return spec, [n for n in notes if n]

@@ -1,0 +1,256 @@
+"""Triage: many diagnoses -> groups of the same failure, with counts, a representative and a reply.
+
+A pure library over JSON-able diagnosis dicts (`Diagnosis.to_json_dict()`, or a slim subset with
+`source`, `verdict`, `rule`, `phase`, `component`, `evidence`, `memory`, `facts`, `plan`): no I/O,
+no global state, deterministic. Reading files and running diagnoses in parallel is the CLI's job
+(`triage_cli.py`); this part can be mapped over a distributed engine as it is — diagnose per file
+anywhere, collect the dicts, call `group()` once per (verdict, rule, phase, component) key.
+
+Grouping follows the error trackers (STYLE.md, last section): exactly on the rule's verdict, id,
+phase and component first, then fuzzily inside each key on a normalised signature — the error
+phrase and the top frames, with every number a run makes up (sizes, PIDs, ranks, timestamps,
+paths, device ordinals, line numbers) removed. rapidfuzz's token_sort_ratio compares them;
+token_set_ratio is deliberately not used: it scores 100 whenever one signature's words are a subset
+of another's, so a bare "CUDA out of memory" would swallow every richer signature.
+"""
+
+import hashlib
+import re
+from dataclasses import asdict, dataclass, field
+from statistics import median
+
+SIMILARITY = 90          # token_sort_ratio at or above which two signatures are one failure
+MAX_FRAMES = 3           # innermost frames kept: the ones that name what asked for memory
+_ERROR_MARKERS = ("oom_error", "host_oom", "killed", "error", "cascade")
+_BAD = ("device_oom", "host_oom")
+
+# Order matters: timestamps and sizes go before the catch-all digit rule, paths before ordinals.
+_NORMALISE = [(re.compile(p), r) for p, r in [
+    (r"\x1b\[[0-9;?]*[ -/]*[@-~]", ""),                                        # ANSI colour
+    (r"\d{4}[-/]\d\d[-/]\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?", ""),              # 2025-04-17 09:32:18,798
+    (r"\b\d\d[-/]\d\d(?:[-/]\d{2,4})? \d\d:\d\d:\d\d(?:[.,]\d+)?", ""),        # 03/14/2024 10:23:34 (glog, vLLM)
+    (r"\b\d\d?:\d\d:\d\d(?:[.,]\d+)?", ""),                                    # a bare clock
+    (r"\[(?:rank|default|RANK:?)\s*\d+\]:?|\b(?:local_)?[Rr]ank:?\s*\d+", "rank"),  # torchrun, axolotl
+    (r"\b(?:pid|PID)\s*[:=]?\s*\d+|\bProcess \d+", "pid"),                      # PIDs, NVML process lines
+    (r"\b0x[0-9a-fA-F]+\b|\b[0-9a-f]{12,}\b", "addr"),                         # pointers, Ray task ids
+    (r"\d+(?:\.\d+)?\s*(?:bytes|[KMGTP]i?B)\b", "SIZE"),                       # sizes in any unit
+    (r"(?:[A-Za-z]:)?(?:~|\.{1,3})?(?:[/\\][^/\\\s\"'(),:;]+)+[/\\]", ""),      # directories; the file name stays
+    (r"\b(GPU|NPU|XPU|cuda|npu|xpu)\s*:?\s*\d+", r"\1"),                        # device ordinals
+    (r"\bline \d+|(?<=\.py):\d+|(?<=\.cpp):\d+|(?<=\.cc):\d+", ""),            # line numbers
+    (r"\d+(?:\.\d+)?", "#"),                                                   # whatever number is left
+    (r"\[\s*\]|\(\s*\)", ""),                                                  # brackets left empty
+    (r"\s+", " "),
+]]
+
+
+def normalise(text):
+    """One evidence line without the numbers a run makes up (see _NORMALISE)."""
+    for rx, repl in _NORMALISE:
+        text = rx.sub(repl, text)
+    return text.strip()
+
+
+def _phrase(text):
+    """The error phrase: its first sentence, not the allocator's number-laden continuation."""
+    cut = len(text) >= 400                   # diagnose.py keeps 400 characters: the last word may be cut
+    head = re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0]
+    if cut and head == text:
+        head = text.rsplit(" ", 1)[0]
+    return normalise(head)[:200]
+
+
+def _frame(text):
+    """'path/to/file.py: func — source' -> 'file.py func source', normalised."""
+    where, _, source = text.partition(" — ")
+    path, _, func = where.rpartition(": ")
+    return normalise(f"{path.replace(chr(92), '/').rsplit('/', 1)[-1]} {func} {source}")
+
+
+def signature(diagnosis):
+    """The normalised error phrase and top frames of one diagnosis dict: equal for the same failure."""
+    evidence = diagnosis.get("evidence") or []
+    parts = [_phrase(e["text"]) for e in evidence if e.get("marker") in _ERROR_MARKERS][:1]
+    parts += [_frame(e["text"]) for e in evidence if e.get("marker") == "frame"][:MAX_FRAMES]
+    return " | ".join(p for p in parts if p)
+
+
+def key_of(d):
+    return (d.get("verdict"), d.get("rule"), d.get("phase"), d.get("component"))
+
+
+@dataclass
+class Group:
+    id: str
+    count: int
+    share: float
+    members: list
+    verdict: str
+    rule: str
+    phase: str
+    component: str
+    representative: str
+    first: str
+    last: str
+    reason: str
+    signature: str
+    title: str = ""
+    memory: dict = field(default_factory=dict)   # medians over members: capacity and request
+    reply: str = ""
+
+    def to_dict(self):
+        return asdict(self)
+
+
+def _median(values):
+    values = [v for v in values if isinstance(v, (int, float))]
+    return round(median(values), 3) if values else None
+
+
+def _cluster(sigs):
+    """Leader clustering of {signature: n}: most common first, so the result ignores input order."""
+    from rapidfuzz import fuzz, process, utils
+    leaders, assign, scores = [], {}, {}
+    for sig in sorted(sigs, key=lambda s: (-sigs[s], s)):
+        hit = process.extractOne(sig, leaders, scorer=fuzz.token_sort_ratio, processor=utils.default_process,
+                                 score_cutoff=SIMILARITY) if leaders else None
+        if hit is None:
+            leaders.append(sig)
+            assign[sig], scores[sig] = sig, 100.0
+        else:
+            assign[sig], scores[sig] = hit[0], hit[1]
+    return assign, scores
+
+
+def group(diagnoses, lang="en"):
+    """Diagnosis dicts (each with `source`) -> [Group], largest first; every dict lands in one group."""
+    by_key = {}
+    for i, d in enumerate(diagnoses):
+        sig = d.get("signature") or signature(d)    # a worker may have computed it already
+        by_key.setdefault(key_of(d), []).append((i, sig, d))
+    total = len(diagnoses) or 1
+    groups = []
+    for key, items in by_key.items():
+        counts = {}
+        for _, sig, _ in items:
+            counts[sig] = counts.get(sig, 0) + 1
+        assign, scores = _cluster(counts)
+        clusters = {}
+        for item in items:
+            clusters.setdefault(assign[item[1]], []).append(item)
+        for leader, members in clusters.items():
+            groups.append(_make_group(key, leader, members, {s: scores[s] for s in counts if assign[s] == leader},
+                                      total, lang))
+    groups.sort(key=lambda g: (-g.count, g.id))
+    return groups
+
+
+def _make_group(key, leader, members, scores, total, lang):
+    verdict, rule, phase, component = key
+    gid = hashlib.sha1("\x1f".join(map(str, key + (leader,))).encode("utf-8")).hexdigest()[:10]
+    order = sorted(members, key=lambda m: (m[2].get("mtime") or 0, m[0]))   # first/last seen
+    mem = {k: _median(m[2].get("memory", {}).get(k) for m in members)
+           for k in ("total_gib", "tried_gib", "reserved_unallocated_gib", "allocated_by_pytorch_gib")}
+    # The representative carries the leader signature and the request nearest the group's median.
+    typical = [m for m in members if m[1] == leader]
+    rep = min(typical, key=lambda m: (abs((m[2].get("memory", {}).get("tried_gib") or 0) - (mem["tried_gib"] or 0)),
+                                      m[0]))
+    exact = sum(1 for m in members if m[1] == leader)
+    reason = f"same rule {rule} ({phase}, {component})"
+    reason += f"; error and top frames identical after normalising: {leader or '(no error line, no frames)'}"
+    if exact < len(members):
+        reason += (f"; {len(members) - exact} with a similar signature (token_sort_ratio ≥ {SIMILARITY}, "
+                   f"lowest {min(scores.values()):.0f})")
+    g = Group(id=gid, count=len(members), share=round(len(members) / total, 4),
+              members=[m[2]["source"] for m in members], verdict=verdict, rule=rule, phase=phase,
+              component=component, representative=rep[2]["source"], first=order[0][2]["source"],
+              last=order[-1][2]["source"], reason=reason, signature=leader, memory=mem)
+    step = _median((m[2].get("facts") or {}).get("step") for m in members)
+    g.title, g.reply = reply(g, rep[2], lang, step)
+    return g
+
+
+# What each plan action means, in the words of a support reply (the plan's own `why` wins when present).
+ACTIONS = {
+    "reduce_batch": ("halve the per-device batch size", "把单卡 batch size 减半"),
+    "grad_accum": ("raise gradient accumulation to keep the effective batch", "增大梯度累积步数，保持等效 batch 不变"),
+    "grad_checkpointing": ("turn on gradient checkpointing", "开启梯度检查点"),
+    "reduce_seq_len": ("shorten the maximum sequence length (cutoff)", "缩短最大序列长度（cutoff）"),
+    "precision": ("train in bf16/fp16 instead of fp32", "用 bf16/fp16 代替 fp32 训练"),
+    "quantize": ("load the model in 4 bit (QLoRA)", "以 4 bit 加载模型（QLoRA）"),
+    "use_lora": ("fine-tune with LoRA instead of all weights", "用 LoRA 代替全参数微调"),
+    "optimizer_8bit": ("use an 8-bit or paged optimizer", "使用 8 bit 或分页优化器"),
+    "smaller_model": ("pick a smaller model", "换一个更小的模型"),
+    "zero_sharding": ("shard with DeepSpeed ZeRO-2/3 across the GPUs", "用 DeepSpeed ZeRO-2/3 在多卡间切分"),
+    "cpu_offload": ("offload to CPU (and gather 16-bit weights on save off)", "卸载到 CPU（保存时不收集 16 bit 权重）"),
+    "free_other_process": ("free the GPU from other processes or pick another card", "释放被其他进程占用的显卡，或换一张卡"),
+    "expandable_segments": ("set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                            "设置 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
+    "eval_batch": ("lower per_device_eval_batch_size", "调小 per_device_eval_batch_size"),
+    "eval_accumulation": ("set eval_accumulation_steps to move eval outputs to the CPU",
+                          "设置 eval_accumulation_steps，把评估输出移到 CPU"),
+    "fix_non_memory_bug": ("fix the underlying error — memory settings will not help", "修复真正的错误——调整显存设置没有用"),
+    "more_host_ram": ("give the job more host RAM, or load with low_cpu_mem_usage and fewer workers",
+                      "增加主机内存，或用 low_cpu_mem_usage 加载并减少预处理进程"),
+}
+
+
+def _gib(x):
+    return "?" if x is None else (f"{x * 1024:.0f} MiB" if x < 1 else f"{x:.2f} GiB")
+
+
+def _step_text(step, zh):
+    text = step.get("why") or ACTIONS.get(step["action"], (step["action"],) * 2)[zh]
+    changes = step.get("changes") or {}
+    if changes:
+        text += " (" + ", ".join(f"{k}: {v[0]} → {v[1]}" for k, v in changes.items()) + ")"
+    return text
+
+
+def reply(g, rep, lang="en", step=None):
+    """(title, reply) for a group: the cause in one sentence, then the first two plan steps."""
+    from .rules import rules_by_id
+    rule = rules_by_id().get(g.rule)
+    zh = lang == "zh"
+    if rule is None:                       # a diagnosis from another rule set: use its own words
+        title, summary = rep.get("title", ""), rep.get("summary", "")
+    else:
+        title = getattr(rule.title, lang)
+        values = {"tried": _gib(g.memory["tried_gib"]), "total": _gib(g.memory["total_gib"]),
+                  "reserved_unallocated": _gib(g.memory["reserved_unallocated_gib"]),
+                  "allocated": _gib(g.memory["allocated_by_pytorch_gib"]),
+                  "step": "?" if step is None else int(step)}
+        summary = re.sub(r"\{(\w+)\}", lambda m: str(values.get(m.group(1), "?")), getattr(rule.summary, lang))
+    plan = [s for s in (rep.get("plan") or []) if s.get("action") not in (None, "none")]
+    for action in (rule.actions if rule else []):      # the plan may be short: the rule's ladder fills it
+        if len(plan) >= 2:
+            break
+        if action != "none" and all(s["action"] != action for s in plan):
+            plan.append({"action": action})
+    steps = [_step_text(s, zh) for s in plan[:2]]
+    if not steps:
+        return title, summary
+    if zh:
+        return title, summary + "建议先：" + "；".join(f"{i}. {s}" for i, s in enumerate(steps, 1)) + "。"
+    return title, summary + " Try first: " + "; ".join(f"{i}. {s}" for i, s in enumerate(steps, 1)) + "."
+
+
+def summary(diagnoses, errors=(), groups=None):
+    """Counts by verdict, phase, component, accelerator and framework (largest first)."""
+    def count(get):
+        out = {}
+        for d in diagnoses:
+            k = get(d) or "unknown"
+            out[k] = out.get(k, 0) + 1
+        return dict(sorted(out.items(), key=lambda kv: (-kv[1], str(kv[0]))))
+    out = {"files": len(diagnoses) + len(errors), "diagnosed": len(diagnoses), "errors": len(errors),
+           "ooms": sum(1 for d in diagnoses if d.get("verdict") in _BAD)}
+    if groups is not None:
+        out["groups"] = len(groups)
+    for name in ("verdict", "phase", "component", "accelerator"):
+        out[f"by_{name}"] = count(lambda d, n=name: d.get(n))
+    out["by_framework"] = count(lambda d: (d.get("facts") or {}).get("framework"))
+    return out
+
+
+def has_oom(diagnoses):
+    return any(d.get("verdict") in _BAD for d in diagnoses)

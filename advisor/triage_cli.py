@@ -1,0 +1,245 @@
+"""`oom-doctor triage PATH...`: many logs -> groups of the same failure (the grouping is triage.py).
+
+This module does the I/O around the pure library: expand paths (files, recursive folders, globs),
+diagnose them in parallel processes, collect per-file failures under `errors` (one line each, never
+a traceback), and render the report as a table, JSON, CSV or Markdown. Exit codes: 1 when any log
+shows an OOM, else 0; 2 when no path matched, or no file could be read at all.
+"""
+
+import glob
+import os
+import sys
+
+import click
+
+SUFFIXES = (".log", ".txt", ".out")
+PROGRESS_MIN = 36           # a bar for a handful of files is noise
+IN_PROCESS_MAX = 8          # below this, forking workers costs more than it saves
+_FACT_KEYS = ("framework", "model", "step")
+_MEM_KEYS = ("total_gib", "tried_gib", "reserved_unallocated_gib", "allocated_by_pytorch_gib")
+
+
+def _looks_like_text(path):
+    """A file without a suffix joins when its first 4 KB decode as text (the reader's own sniff)."""
+    from .reader import InputError, sniff_encoding
+    try:
+        with open(path, "rb") as fh:
+            sniff_encoding(fh.read(4096))
+        return True
+    except (InputError, OSError):
+        return False
+
+
+def _wanted(path):
+    name = os.path.basename(path)
+    suffix = os.path.splitext(name)[1].lower()
+    return suffix in SUFFIXES or (not suffix and _looks_like_text(path))
+
+
+def _walk(folder):
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))     # .git, .venv: never logs
+        for name in sorted(files):
+            if not name.startswith("."):
+                yield os.path.join(root, name)
+
+
+def expand(args):
+    """PATH arguments -> (files to diagnose, paths that matched nothing), each once, in given order.
+
+    A file named explicitly is always diagnosed (a binary one ends up under errors); files found in
+    folders or by a glob are filtered by suffix (.log .txt .out, or none and text-like content).
+    """
+    seen, files, missing = set(), [], []
+
+    def add(path, explicit):
+        real = os.path.realpath(path)
+        if real not in seen and (explicit or _wanted(path)):
+            seen.add(real)
+            files.append(path)
+
+    for arg in args:
+        if os.path.isdir(arg):
+            for path in _walk(arg):
+                add(path, False)
+        elif os.path.lexists(arg):
+            add(arg, True)
+        elif glob.has_magic(arg):
+            hits = sorted(glob.glob(arg, recursive=True))
+            for hit in hits:
+                for path in (_walk(hit) if os.path.isdir(hit) else [hit]):
+                    add(path, False)
+            if not hits:
+                missing.append(arg)
+        else:
+            missing.append(arg)
+    return files, missing
+
+
+def _diagnose_one(path, lang):
+    """(slim diagnosis dict, None) or (None, one-line error); never raises."""
+    from .pipeline import diagnose_path
+    from .reader import InputError
+    from .triage import signature
+    try:
+        d = diagnose_path(path, lang=lang).to_json_dict()
+    except InputError as e:
+        msg = str(e)
+        return None, msg[len(path) + 2:] if msg.startswith(path + ": ") else msg
+    except Exception as e:          # a crash on one file must not lose the other 9 999
+        return None, f"internal error: {type(e).__name__}: {e}".splitlines()[0]
+    slim = {k: d[k] for k in ("verdict", "accelerator", "phase", "component", "confidence", "rule",
+                              "title", "summary", "evidence", "plan")}
+    slim["source"] = path           # as given, not as the reader named it
+    slim["memory"] = {k: d["memory"].get(k) for k in _MEM_KEYS}
+    slim["facts"] = {k: d["facts"].get(k) for k in _FACT_KEYS}
+    slim["signature"] = signature(d)    # computed in the worker: the parent only groups
+    try:
+        slim["mtime"] = os.path.getmtime(path)
+    except OSError:
+        slim["mtime"] = None
+    return slim, None
+
+
+def _diagnose_chunk(paths, lang):
+    return [_diagnose_one(p, lang) for p in paths]
+
+
+def diagnose_all(paths, lang="en", jobs=None, progress=False):
+    """[(dict or None, error or None)] in the order of `paths`, diagnosed by `jobs` processes."""
+    jobs = max(1, jobs or os.cpu_count() or 1)
+    bar = click.progressbar(length=len(paths), label="diagnosing", file=sys.stderr) if progress else None
+    results = [None] * len(paths)
+    try:
+        if bar:
+            bar.__enter__()
+        if jobs == 1 or len(paths) <= IN_PROCESS_MAX:
+            for i, p in enumerate(paths):
+                results[i] = _diagnose_one(p, lang)
+                bar and bar.update(1)
+            return results
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+        from .pipeline import diagnose_path  # noqa: F401  (imported before forking: workers inherit it)
+        from .rules import load_rules
+        load_rules()
+        size = max(1, min(64, len(paths) // (jobs * 8)))
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(_diagnose_chunk, paths[i:i + size], lang): i for i in range(0, len(paths), size)}
+            for fut in as_completed(futures):
+                start = futures[fut]
+                chunk = fut.result()
+                results[start:start + len(chunk)] = chunk
+                bar and bar.update(len(chunk))
+        return results
+    finally:
+        if bar:
+            bar.__exit__(None, None, None)
+
+
+def run_triage(args, lang="en", jobs=None, tty=False):
+    """PATH arguments -> the triage/v1 report as a dict (None when no file matched at all)."""
+    from .triage import group, summary
+    files, missing = expand(args)
+    if not files:
+        return None
+    diagnoses, errors = [], [{"path": m, "error": "no such file, folder or glob match"} for m in missing]
+    for path, (d, err) in zip(files, diagnose_all(files, lang, jobs, tty and len(files) > PROGRESS_MIN)):
+        if d is None:
+            errors.append({"path": path, "error": err})
+        else:
+            diagnoses.append(d)
+    groups = group(diagnoses, lang)
+    return {"schema": "oom-doctor/triage/v1", "summary": summary(diagnoses, errors, groups),
+            "groups": [g.to_dict() for g in groups], "errors": errors}
+
+
+# ---- rendering -----------------------------------------------------------------------------------
+def _gib(x):
+    return "—" if x is None else (f"{x * 1024:.0f} MiB" if x < 1 else f"{x:.2f} GiB")
+
+
+def _counts(d):
+    return ", ".join(f"{k} {v}" for k, v in d.items()) or "—"
+
+
+def _summary_lines(s):
+    head = (f"{s['files']} files: {s['diagnosed']} diagnosed, {s['ooms']} with an OOM, "
+            f"{s['errors']} unreadable; {s.get('groups', 0)} groups")
+    return [head] + [f"{name:<12} {_counts(s['by_' + name])}"
+                     for name in ("verdict", "phase", "component", "accelerator", "framework")]
+
+
+def render_table(r):
+    out = _summary_lines(r["summary"]) + [""]
+    for i, g in enumerate(r["groups"], 1):
+        mem = g["memory"]
+        out.append(f"{i:>3}. [{g['id']}] {g['count']} files ({g['share']:.1%})  {g['verdict']}  {g['rule']}  "
+                   f"{g['phase']}/{g['component']}  capacity {_gib(mem['total_gib'])}, tried {_gib(mem['tried_gib'])}")
+        out += [f"     {g['title']}", f"     representative: {g['representative']}",
+                f"     first: {g['first']}   last: {g['last']}", f"     grouped: {g['reason']}",
+                f"     reply: {g['reply']}", ""]
+    if r["errors"]:
+        out.append(f"errors ({len(r['errors'])}):")
+        out += [f"  {e['path']}: {e['error']}" for e in r["errors"]]
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def render_markdown(r):
+    s = r["summary"]
+    out = ["# oom-doctor triage", ""] + [f"- {ln}" for ln in _summary_lines(s)] + [""]
+    out += ["| # | id | count | share | verdict | rule | phase | component | capacity | tried | representative |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for i, g in enumerate(r["groups"], 1):
+        out.append(f"| {i} | `{g['id']}` | {g['count']} | {g['share']:.1%} | {g['verdict']} | {g['rule']} | "
+                   f"{g['phase']} | {g['component']} | {_gib(g['memory']['total_gib'])} | "
+                   f"{_gib(g['memory']['tried_gib'])} | `{g['representative']}` |")
+    for i, g in enumerate(r["groups"], 1):
+        out += ["", f"## {i}. {g['title']} (`{g['id']}`, {g['count']})", "",
+                f"First `{g['first']}`, last `{g['last']}`. Grouped: {g['reason']}", "", "> " + g["reply"]]
+    if r["errors"]:
+        out += ["", "## Errors", ""] + [f"- `{e['path']}`: {e['error']}" for e in r["errors"]]
+    return "\n".join(out) + "\n"
+
+
+def render_csv(r):
+    import csv
+    import io
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["kind", "id", "count", "share", "verdict", "rule", "phase", "component", "capacity_gib", "tried_gib",
+                "representative", "first", "last", "reason", "reply"])
+    for g in r["groups"]:
+        w.writerow(["group", g["id"], g["count"], g["share"], g["verdict"], g["rule"], g["phase"], g["component"],
+                    g["memory"]["total_gib"], g["memory"]["tried_gib"], g["representative"], g["first"], g["last"],
+                    g["reason"], g["reply"]])
+    for e in r["errors"]:
+        w.writerow(["error", "", 1, "", "", "", "", "", "", "", e["path"], e["path"], e["path"], e["error"], ""])
+    return buf.getvalue()
+
+
+def render_report(report, fmt="table"):
+    if fmt == "json":
+        import json
+        return json.dumps(report, ensure_ascii=False, indent=2) + "\n"
+    return {"table": render_table, "markdown": render_markdown, "csv": render_csv}[fmt](report)
+
+
+@click.command("triage")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "markdown"]), default="table")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="Parallel processes (default: the CPU count).")
+@click.option("--lang", type=click.Choice(["en", "zh"]), default=None,
+              help="Language of the replies (default: $OOM_DOCTOR_LANG, then the locale).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report here.")
+def triage(paths, fmt, jobs, lang, output):
+    """Group many logs by failure: files, folders (recursive) and globs."""
+    from .cli import EXIT_OK, EXIT_OOM, EXIT_USAGE, _emit, default_lang, fail
+    tty = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+    report = run_triage(paths, lang or default_lang(), jobs, tty)
+    if report is None:
+        fail("no log files matched: " + " ".join(paths))
+    _emit(render_report(report, fmt), output)
+    if report["summary"]["ooms"]:
+        sys.exit(EXIT_OOM)
+    sys.exit(EXIT_OK if report["summary"]["diagnosed"] else EXIT_USAGE)    # nothing readable: an input error
