@@ -1,8 +1,74 @@
-"""Fill a diagnosis with its budget, plan and patch (the later stages)."""
+"""Fill a diagnosis with its budget, plan and patch: the stages after the diagnosis proper."""
+
+from .budget import estimate
+from .i18n import label
+from .plan import make_plan, observed_need
+from .rules import rules_by_id
+from .runspec import spec_from_facts
 
 
 def complete(diagnosis, config=None, gpu=None, model=None, params=None):
-    from .rules import rules_by_id
     rule = rules_by_id()[diagnosis.rule]
-    diagnosis.plan = [{"action": a} for a in rule.actions[:1] if a != "none"]
+    spec = None
+    if diagnosis.verdict == "device_oom":
+        spec, notes = spec_from_facts(diagnosis.facts, diagnosis.memory, gpu=gpu, model=model, params=params)
+        if spec is not None:
+            budget = estimate(spec)
+            budget.assumptions = notes + budget.assumptions
+            diagnosis.budget = budget.to_json_dict()
+            _compare(diagnosis, budget)
+    diagnosis.plan = make_plan(diagnosis, rule, spec, config, diagnosis.lang)
+    _traps(diagnosis, config)
+    if diagnosis.plan:
+        from .patch import patch_for
+        diagnosis.patch, diagnosis.snippet = patch_for(diagnosis, config)
     return diagnosis
+
+
+def _compare(d, budget):
+    """Say when the estimate and the allocator disagree: a big gap is itself a clue."""
+    seen = observed_need(d.memory or {})
+    if seen is None:
+        return
+    zh = d.lang == "zh"
+    if budget.total_gib < 0.6 * seen:
+        d.notes.append(
+            f"估算峰值 {budget.total_gib:.1f} GiB 远低于分配器实际看到的 {seen:.1f} GiB：可能有其他进程、碎片，"
+            f"或某个假设不成立（例如 ZeRO 没有真正生效、序列比配置更长）。" if zh else
+            f"The estimate ({budget.total_gib:.1f} GiB) is far below what the allocator saw ({seen:.1f} GiB): "
+            f"another process, fragmentation, or a wrong assumption (ZeRO not actually active, longer sequences).")
+    elif budget.total_gib > 1.8 * seen and d.phase != "load":
+        d.notes.append(
+            f"估算峰值 {budget.total_gib:.1f} GiB 远高于失败时已占用的 {seen:.1f} GiB：失败发生在峰值之前。" if zh else
+            f"The estimate ({budget.total_gib:.1f} GiB) is well above what was held at the failure ({seen:.1f} GiB): "
+            f"the run failed on its way to the peak.")
+
+
+def _traps(d, config):
+    """Misconceptions the course asks us to correct when the facts suggest them."""
+    zh = d.lang == "zh"
+    data = config.data if config is not None else {}
+    if config is not None and config.dialect == "llamafactory" and "gradient_checkpointing" in data:
+        d.notes.append("LLaMA-Factory 用 disable_gradient_checkpointing 控制梯度检查点且默认开启；"
+                       "YAML 里的 gradient_checkpointing 不起作用。" if zh else
+                       "LLaMA-Factory switches gradient checkpointing with disable_gradient_checkpointing and turns "
+                       "it on by default; `gradient_checkpointing` in its YAML does nothing.")
+    if any(s["action"] == "grad_checkpointing" for s in d.plan or []) and ("save_steps" in data or "save_strategy" in data):
+        d.notes.append("save_steps 产生的 checkpoint-N 是存档，不是梯度检查点。" if zh else
+                       "The checkpoint-N folders from save_steps are saves, not gradient checkpointing.")
+    if d.facts.get("precision") == "bf16" and d.budget is not None:
+        from .runspec import resolve_gpu
+        card, _ = resolve_gpu(memory=d.memory, facts_gpu=d.facts.get("gpu"))
+        if card is not None and card.bf16 is False:
+            d.notes.append(f"{card.name} 没有原生 bf16：请改用 fp16。" if zh else
+                           f"{card.name} has no native bf16 (torch.cuda.is_bf16_supported() says True anyway): "
+                           f"use fp16.")
+    if d.verdict == "device_oom" and d.phase in ("load", "first_step") and d.facts.get("method") == "full":
+        d.notes.append("能推理不等于能训练：推理只需权重和 KV cache，训练还要梯度、优化器状态和激活值。" if zh else
+                       "Being able to run inference does not mean being able to train: inference needs weights and "
+                       "a KV cache, training adds gradients, optimizer states and activations.")
+    if d.verdict == "incomplete":
+        d.notes.append(label("paste", d.lang) + ": " + (
+            "从第一个 Traceback 到以 Error 结尾的那一行，以及其后几行。" if zh else
+            "everything from the first 'Traceback (most recent call last):' down to the line that names the error, "
+            "plus a few lines after it."))

@@ -47,6 +47,7 @@ class Config:
 
     def __init__(self, path, text, data, fmt):
         self.path, self.text, self.data, self.format = Path(path), text, data, fmt
+        self.display_path = str(path)          # as the user typed it: the diff names it so `patch -p0` finds it
         self.dialect = detect_dialect(data)
         self.facts, self.defaulted = facts_of(data, self.dialect, self.path.parent)
 

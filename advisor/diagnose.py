@@ -50,6 +50,8 @@ class Diagnosis(BaseModel):
     explanation: str = ""
     lang: str = "en"
     earlier_failures: int = 0
+    ranks: List[int] = []
+    snippet: Optional[str] = None
     conflicts: List[dict] = []
     notes: List[str] = []
 
@@ -199,7 +201,7 @@ def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rul
         summary=_format(getattr(rule.summary, lang), values), evidence=evidence, memory=memory,
         facts=merged.model_dump(), title=getattr(rule.title, lang),
         explanation=_format(getattr(rule.explanation, lang), values), lang=lang,
-        earlier_failures=t.earlier_failures,
+        earlier_failures=t.earlier_failures, ranks=t.ranks,
     )
 
 

@@ -39,6 +39,11 @@ _ARG = re.compile(r"--(model_name_or_path|per_device_train_batch_size|gradient_a
 _MODEL_PATH = re.compile(r"(?:loading (?:weights|configuration) file|Loading model|_name_or_path\"?:)\s*\"?([^\s\"]+)")
 _ARCH = re.compile(r"Instantiating (\w+?)(?:ForCausalLM|LMHeadModel|ForConditionalGeneration)\b[^.]* dtype torch\.(\w+)")
 
+# bar descriptions of data preparation (datasets, LLaMA-Factory, TRL); any other bar counts as training
+_PREP_WORDS = ("tokeniz", "map", "convert", "filter", "pack", "truncat", "adding eos", "applying", "download",
+               "preprocess", "format", "generating", "extract", "shuffl", "flatten", "casting", "saving the dataset",
+               "resolving", "fetching", "computing checksums", "load", "encod")
+
 _FRAMEWORKS = (("llamafactory", "llamafactory"), ("llmtuner", "llamafactory"), ("LLaMA-Factory", "llamafactory"),
                ("axolotl", "axolotl"), ("unsloth", "unsloth"), ("Unsloth", "unsloth"), ("openrlhf", "openrlhf"),
                ("swift/", "ms-swift"), ("autotrain", "autotrain"), ("lightning", "lightning"), ("trl/", "trl"),
@@ -162,7 +167,7 @@ class Parser:
         if any(w in low for w in ("valid", "test", "eval", "predict", "generat")):
             self._enter_eval(line)
             return
-        if desc and not any(w in low for w in ("train", "epoch", "step", "iteration")):
+        if desc and any(w in low for w in _PREP_WORDS):
             return                                    # data preprocessing bars
         if self.in_eval and (self.train_total is None or total != self.train_total):
             return                                    # the eval bar has no description either

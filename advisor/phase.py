@@ -80,10 +80,18 @@ def phase_from_markers(context):
     }.get(marker.kind, "unknown")
 
 
+_FORWARD = re.compile(r"modeling_\w+\.py$|/peft/|torch/autograd/|torch/utils/checkpoint\.py$")
+
+
 def infer_phase(frames, context):
     by_frames = phase_from_frames(frames)
     if by_frames == "train":
         return training_phase(context)
     if by_frames:
         return by_frames
-    return phase_from_markers(context)
+    by_markers = phase_from_markers(context)
+    if by_markers in ("load", "unknown") and any(_FORWARD.search(f.path) for f in frames):
+        # a forward or backward pass is running, so loading is over: a custom training loop
+        step = training_phase(context)
+        return "first_step" if step == "unknown" and by_markers == "load" else step
+    return by_markers

@@ -163,6 +163,65 @@ def detect_wrap_width(lengths):
     return None
 
 
+# A line that starts a new record is never the continuation of a wrapped one: a line exactly as long
+# as the wrap width may have ended there (a terminal cannot tell), and a message whose length is a
+# multiple of the width ends in a full-width piece too (real_logs ot-008, ot-030: the OOM message
+# would otherwise swallow the launcher's next line and be read as a cascade).
+_NEW_RECORD = re.compile(
+    r"\s*(?:Traceback \(most recent call last\)|During handling of the above|The above exception|Fil+e \"|\d{1,3}%\|)"
+    r"|(?:\w+\.)*[A-Z]\w*(?:Error|Exception|Warning|Interrupt|Exit)(?::|$)"
+    r"|\[?\d{4}[-/]\d\d[-/]\d\d[ T]\d\d:\d\d|\d\d/\d\d/\d{4} \d\d:\d\d|[IWEF]\d{4} \d\d:\d\d:\d\d"
+    r"|\[?(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)\b[\]:| ]|\[(?:rank|default)?\d+\]:")
+
+_SEAM_PATTERNS = []
+
+
+def _seam_patterns():
+    """The phrases the parser looks for: a wrap that cuts one of them is a wrap for certain."""
+    if not _SEAM_PATTERNS:
+        from . import parser, signals, traceback
+        _SEAM_PATTERNS.extend([rx for _, _, rx in signals._COMPILED] + list(signals._FIELDS.values())
+                              + [signals._PROCESS, traceback._CPYTHON, traceback._IPYTHON, traceback._RICH,
+                                 parser._BAR, parser._BAR_LIGHT])
+    return _SEAM_PATTERNS
+
+
+def seam_is_cut(a, b):
+    """True when a known phrase runs from the end of `a` into `b`. A phrase that `a` already holds
+    whole and `b` merely lengthens (a frame's function name, then an unindented source line) counts
+    only when it takes all of `b`."""
+    joint, cut = a + b, len(a)
+    for rx in _seam_patterns():
+        for m in rx.finditer(joint):
+            if m.start() >= cut:
+                break
+            if m.end() <= cut:
+                continue
+            whole = rx.match(a, m.start())
+            if whole is None or m.end() >= len(joint.rstrip()):
+                return True
+    return False
+
+
+def confirmed_wrap_width(raws):
+    """With too few full-width lines for statistics (one long line cut once or twice), the longest
+    lines are wrap pieces when a wrap visibly cut a phrase the parser knows."""
+    texts = [r.rstrip("\r") for r in raws]
+    width = max((len(t) for t in texts), default=0)
+    if not 80 <= width <= 300:
+        return None
+    for i, text in enumerate(texts[:-1]):
+        nxt = texts[i + 1]
+        if len(text) == width and nxt and not _NEW_RECORD.match(nxt) \
+                and seam_is_cut(strip_prefixes(text)[0], _strip_ansi(nxt)):
+            return width
+    return None
+
+
+def _strip_ansi(text):
+    return _ANSI.sub("", text) if "\x1b" in text or "m" in text and "[" in text else text
+
+
 def logical_lines(stream):
     """Yield normalised Line objects from a binary stream."""
     pending = []          # first lines, held back until the wrap width is known
@@ -174,26 +233,33 @@ def logical_lines(stream):
         nonlocal carry
         for seg in resolve_redraws(raw):
             wrapped = width is not None and len(seg) == width
-            text, rank = strip_prefixes(seg)
+            if carry is not None and _NEW_RECORD.match(seg):
+                yield Line(*carry)
+                carry = None
             if carry is not None:
                 cno, ctext, crank = carry
                 carry = None
+                text = _strip_ansi(seg)         # a continuation has no prefixes of its own
                 if wrapped:
                     carry = (cno, ctext + text, crank)
                     continue
                 yield Line(cno, ctext + text, crank)
                 continue
+            text, rank = strip_prefixes(seg)
             if wrapped:
                 carry = (no, text, rank)
                 continue
             yield Line(no, text, rank)
+
+    def decide(raws):
+        return detect_wrap_width([len(r.rstrip("\r")) for r in raws]) or confirmed_wrap_width(raws)
 
     for no, raw in enumerate(physical_lines(stream), 1):
         if not decided:
             pending.append((no, raw))
             if len(pending) < WRAP_SAMPLE:
                 continue
-            width = detect_wrap_width([len(r.rstrip("\r")) for _, r in pending])
+            width = decide([r for _, r in pending])
             decided = True
             for pno, praw in pending:
                 yield from emit(pno, praw)
@@ -201,7 +267,7 @@ def logical_lines(stream):
             continue
         yield from emit(no, raw)
     if not decided:
-        width = detect_wrap_width([len(r.rstrip("\r")) for _, r in pending])
+        width = decide([r for _, r in pending])
         for pno, praw in pending:
             yield from emit(pno, praw)
     if carry is not None:

@@ -60,10 +60,10 @@ def _phrase(text):
 
 
 def _frame(text):
-    """'path/to/file.py: func — source' -> 'file.py func source', normalised."""
-    where, _, source = text.partition(" — ")
-    path, _, func = where.rpartition(": ")
-    return normalise(f"{path.replace(chr(92), '/').rsplit('/', 1)[-1]} {func} {source}")
+    """'path/to/file.py: func — source' -> 'file.py func'. The source line is left out: a wrapped or
+    cut paste loses it first, and the file and function already say where memory was asked for."""
+    path, _, func = text.partition(" — ")[0].rpartition(": ")
+    return normalise(f"{path.replace(chr(92), '/').rsplit('/', 1)[-1]} {func}")
 
 
 def signature(diagnosis):

@@ -52,17 +52,22 @@ def log_name(path):
     return path.parent.name if path.name == "log.txt" else path.stem
 
 
+def decode(raw):
+    """The log's text when its encoding is certain (UTF-8, else what the reader sniffs, strictly)."""
+    from advisor.reader import InputError, sniff_encoding
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    try:
+        return raw.decode(sniff_encoding(raw))
+    except (UnicodeDecodeError, InputError):
+        return None
+
+
 def load_corpus():
-    """[(name, bytes, text or None)]; text is None for a log that is not UTF-8 (byte mutations only)."""
-    out = []
-    for p in corpus_paths():
-        raw = p.read_bytes()
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            text = None
-        out.append((log_name(p), raw, text))
-    return out
+    """[(name, bytes, text or None)]; text is None when the encoding is uncertain (byte mutations only)."""
+    return [(log_name(p), p.read_bytes(), decode(p.read_bytes())) for p in corpus_paths()]
 
 
 # ---- invariance-preserving mutations ---------------------------------------------------------------

@@ -67,9 +67,15 @@ def render_text(d, lang="en", color=False):
     return "\n".join(out) + "\n"
 
 
+def _v(value):
+    if value is None:
+        return "unset"
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def step_line(step, lang):
     changes = step.get("changes") or {}
-    change = ", ".join(f"{k}: {v[0]} → {v[1]}" for k, v in changes.items()) or step.get("display", "")
+    change = ", ".join(f"{k}: {_v(v[0])} → {_v(v[1])}" for k, v in changes.items()) or step.get("display", "")
     bits = [step["action"]]
     if change:
         bits.append(change)

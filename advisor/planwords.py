@@ -1,0 +1,84 @@
+"""The words of a plan: why each move helps (en/zh) and what to do for moves outside the config."""
+
+WHY = {
+    "reduce_batch": {"en": "Halving the per-device batch halves activations and logits; doubling gradient accumulation "
+                           "keeps the effective batch, so results do not change.",
+                     "zh": "单卡 batch 减半，激活值与 logits 随之减半；梯度累积翻倍以保持等效 batch，训练结果不变。"},
+    "grad_accum": {"en": "More accumulation steps keep the effective batch while each step holds fewer samples.",
+                   "zh": "增加梯度累积步数，在每步样本更少的同时保持等效 batch。"},
+    "grad_checkpointing": {"en": "Gradient checkpointing keeps only each layer's input and recomputes the rest in the "
+                                 "backward pass: far fewer activations for about 30 % more compute (this is not a "
+                                 "checkpoint-N save).",
+                           "zh": "梯度检查点只保存每层的输入，反向时重算其余部分：激活值大幅减少，计算量约增加 30%"
+                                 "（这不是 checkpoint-N 存档）。"},
+    "reduce_seq_len": {"en": "Activations and logits grow with the sequence length; shorter cutoffs truncate the "
+                             "longest samples, so check that answers stay complete.",
+                       "zh": "激活值和 logits 随序列长度增长；缩短截断长度会截掉最长的样本，请确认回答仍然完整。"},
+    "precision": {"en": "16-bit weights and activations take half the memory of fp32; bf16 needs an Ampere or newer "
+                        "card, fp16 is the choice on V100/T4.",
+                  "zh": "16 位权重和激活值只占 fp32 的一半显存；bf16 需要 Ampere 及更新的显卡，V100/T4 上请用 fp16。"},
+    "quantize": {"en": "4-bit quantisation (QLoRA) stores the frozen base weights at about half a byte per parameter; "
+                       "it trains LoRA adapters on top and changes the result slightly.",
+                 "zh": "4 bit 量化（QLoRA）让冻结的基座权重每个参数只占约半字节；在其上训练 LoRA，结果会略有变化。"},
+    "use_lora": {"en": "LoRA trains small adapters instead of every weight: gradients and optimizer states shrink "
+                       "from 14 bytes per parameter to almost nothing.",
+                 "zh": "LoRA 只训练小的适配器而不是全部权重：梯度与优化器状态从每参数 14 字节降到几乎为零。"},
+    "optimizer_8bit": {"en": "An 8-bit (paged) AdamW stores its two moments in 2 bytes per parameter instead of 8.",
+                       "zh": "8 bit（分页）AdamW 把两份动量从每参数 8 字节压到 2 字节。"},
+    "smaller_model": {"en": "When even quantised weights do not fit, only a smaller model or a bigger card will.",
+                      "zh": "如果量化后的权重仍放不下，只能换更小的模型或更大的显卡。"},
+    "zero_sharding": {"en": "DeepSpeed ZeRO shards optimizer states (stage 1), gradients (2) and weights (3) across "
+                            "the GPUs instead of copying them to each: same result, less memory per card.",
+                      "zh": "DeepSpeed ZeRO 把优化器状态（stage 1）、梯度（2）和权重（3）切分到各卡上而不是每卡一份："
+                            "结果相同，单卡显存更少。"},
+    "cpu_offload": {"en": "Offloading moves optimizer states (and with ZeRO-3 weights) to host RAM — slower, same "
+                          "result; for a ZeRO-3 save, do not gather the 16-bit weights on one GPU.",
+                    "zh": "卸载把优化器状态（ZeRO-3 时还有权重）放到主机内存——更慢但结果不变；"
+                          "ZeRO-3 保存时不要把 16 位权重收集到一张卡上。"},
+    "free_other_process": {"en": "Another process holds the card; no training setting can give that memory back.",
+                           "zh": "显卡被其他进程占用；任何训练设置都无法把这部分显存要回来。"},
+    "expandable_segments": {"en": "Expandable segments let the allocator grow blocks in place instead of leaving "
+                                  "fragments too small for the next request.",
+                            "zh": "expandable segments 让分配器原地扩展显存块，不再留下装不下下一次申请的碎片。"},
+    "eval_batch": {"en": "Evaluation has its own batch size (default 8 even when training uses 1).",
+                   "zh": "评估有自己的 batch 大小（即使训练用 1，默认也是 8）。"},
+    "eval_accumulation": {"en": "eval_accumulation_steps moves accumulated predictions to the CPU every few steps "
+                                "instead of keeping all of them on the GPU.",
+                          "zh": "eval_accumulation_steps 每隔几步把累积的预测结果转移到 CPU，而不是全部留在显卡上。"},
+    "fix_non_memory_bug": {"en": "This failure is not about memory: memory settings will not fix it.",
+                           "zh": "这次失败与内存无关：调整内存设置解决不了它。"},
+    "more_host_ram": {"en": "Host RAM, not GPU memory, ran out: fewer worker processes, streaming the data and "
+                            "low_cpu_mem_usage loading help; otherwise add RAM or swap.",
+                      "zh": "耗尽的是主机内存而不是显存：减少工作进程、流式读取数据、low_cpu_mem_usage 加载都有帮助；"
+                            "否则请增加内存或交换空间。"},
+}
+
+_DISPLAY = {
+    "reduce_batch": {"en": "halve the per-device batch size and double gradient accumulation",
+                     "zh": "单卡 batch 减半，梯度累积翻倍"},
+    "free_other_process": {"en": "run `nvidia-smi`, stop the other process (or pick a free GPU with CUDA_VISIBLE_DEVICES)",
+                           "zh": "运行 `nvidia-smi`，停掉其他进程（或用 CUDA_VISIBLE_DEVICES 换一张空闲的卡）"},
+    "smaller_model": {"en": "pick a smaller model or a card with more memory",
+                      "zh": "换一个更小的模型或显存更大的显卡"},
+    "fix_non_memory_bug": {"en": "fix the error shown as evidence (see `oom-doctor explain {rule}`)",
+                           "zh": "修复证据中显示的错误（见 `oom-doctor explain {rule}`）"},
+    "more_host_ram": {"en": "add RAM or swap; confirm with `dmesg | grep -i oom`",
+                      "zh": "增加内存或交换空间；用 `dmesg | grep -i oom` 确认"},
+    "cpu_offload": {"en": "in the DeepSpeed JSON set \"stage3_gather_16bit_weights_on_model_save\": false and recover "
+                          "weights with zero_to_fp32.py",
+                    "zh": "在 DeepSpeed 配置中设置 \"stage3_gather_16bit_weights_on_model_save\": false，"
+                          "再用 zero_to_fp32.py 恢复权重"},
+    "quantize": {"en": "load with BitsAndBytesConfig(load_in_4bit=True) and train a PEFT LoRA adapter",
+                 "zh": "用 BitsAndBytesConfig(load_in_4bit=True) 加载并训练 PEFT LoRA 适配器"},
+    "use_lora": {"en": "wrap the model with peft.get_peft_model(model, LoraConfig(...))",
+                 "zh": "用 peft.get_peft_model(model, LoraConfig(...)) 包装模型"},
+}
+
+
+def display_text(action, c):
+    if action == "expandable_segments":
+        var = {"npu": "PYTORCH_NPU_ALLOC_CONF", "rocm": "PYTORCH_HIP_ALLOC_CONF"}.get(c.d.accelerator,
+                                                                                     "PYTORCH_CUDA_ALLOC_CONF")
+        return f"export {var}=expandable_segments:True"
+    text = _DISPLAY.get(action, {}).get(c.lang) or _DISPLAY.get(action, {}).get("en", "")
+    return text.format(rule=c.d.rule)

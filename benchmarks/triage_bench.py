@@ -1,0 +1,210 @@
+"""Benchmark `oom-doctor triage`: N mutated copies of the shipped samples -> wall time, purity, recall.
+
+    python benchmarks/triage_bench.py [--n 10000] [--jobs N] [--keep] [--profile]
+
+Each copy comes from one sample in log_samples/ (its known cause) and is mutated the way real
+reports differ: other sizes (scaled together, so the allocator's ratios and the cause stay), PIDs,
+timestamps, step counts, losses, traceback line numbers, home directories and environment paths;
+`[rankN]:` / `[defaultN]:` prefixes; harmless lines dropped (config dumps) or padded in (dataset
+notices, up to ~20 KB); ANSI colour on error lines; CRLF; a hard wrap at 100 columns; and GBK,
+UTF-16 or UTF-8-with-BOM encodings. File names are random, so nothing but the content tells a
+copy's cause.
+
+Purity: the share of grouped copies that sit in a group whose majority cause is their own (a group
+holds one true cause). Recall: the share of all copies that sit in their cause's largest group
+(copies of one cause land in one group; unreadable copies count as misses).
+"""
+
+import argparse
+import datetime as dt
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)(\s*)(GiB|MiB|KiB|GB|MB)\b")
+_BYTES = re.compile(r"(\d{5,})(\s*bytes)\b")
+_PID = re.compile(r"(\bpid[:=]\s*|\bProcess |\[PID:|\bpid )(\d{2,})")
+_ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)([ T])(\d\d):(\d\d):(\d\d)")
+_US = re.compile(r"\b(\d\d)/(\d\d)/(\d{4}) (\d\d):(\d\d):(\d\d)")
+_LINE = re.compile(r"(, line )(\d+)")
+_LOSS = re.compile(r"('(?:loss|grad_norm)': )(\d+\.\d+)")
+_BAR = re.compile(r"(\|\s*)(\d+)/(\d+)( \[[^\]]*(?:it/s|s/it))")
+_HOME = re.compile(r"/(?:home|Users)/[\w.-]+|/root(?=/)|/opt/conda(?=/)|/usr/local(?=/lib/python)")
+_DROPPABLE = re.compile(r"loading file |loading weights file|^\s+\"[a-z_]+\": [^{\[]*,?$")
+HOMES = ["/data/bob", "/home/carol", "/mnt/nfs/u4711", "/workspace/dave", "/home/ubuntu", "/root", "/Users/erin"]
+PAD = ("[INFO|{ts}] datasets.builder:{n} >> Tokenized shard {a:05d} of {b:05d}: {c} examples, {d} tokens, "
+       "cache {home}/.cache/huggingface/datasets/json/default-{h}/cache-{h2}.arrow")
+
+
+def _shift_time(text, rng):
+    delta = dt.timedelta(days=rng.randint(-400, 400), seconds=rng.randint(0, 86399))
+
+    def iso(m):
+        t = dt.datetime(*map(int, m.group(1, 2, 3, 5, 6, 7))) + delta
+        return t.strftime(f"%Y-%m-%d{m.group(4)}%H:%M:%S")
+
+    def us(m):
+        t = dt.datetime(int(m.group(3)), int(m.group(1)), int(m.group(2)), *map(int, m.group(4, 5, 6))) + delta
+        return t.strftime("%m/%d/%Y %H:%M:%S")
+    return _US.sub(us, _ISO.sub(iso, text))
+
+
+def _numbers(text, rng):
+    f = rng.uniform(0.8, 1.25)              # one factor for every size: the ratios that decide stay
+    text = _SIZE.sub(lambda m: f"{float(m.group(1)) * f:.2f}{m.group(2)}{m.group(3)}", text)
+    text = _BYTES.sub(lambda m: f"{int(int(m.group(1)) * f)}{m.group(2)}", text)
+    pids = defaultdict(lambda: str(rng.randint(1000, 4_000_000)))
+    text = _PID.sub(lambda m: m.group(1) + pids[m.group(2)], text)
+    off = rng.randint(-3, 40)               # another library version: other line numbers
+    text = _LINE.sub(lambda m: m.group(1) + str(max(1, int(m.group(2)) + off)), text)
+    text = _LOSS.sub(lambda m: m.group(1) + f"{float(m.group(2)) * rng.uniform(0.7, 1.3):.4f}", text)
+    k = rng.uniform(0.5, 2.0)               # another dataset size: other step counts (0 stays 0)
+
+    def bar(m):
+        n, total = int(m.group(2)), int(m.group(3))
+        if total < 50:                      # shard counts and short bars mean something: keep them
+            return m.group(0)
+        new_total = max(50, int(total * k))
+        new_n = new_total if n == total else (0 if n == 0 else min(new_total - 1, max(1, int(n * k))))
+        return f"{m.group(1)}{new_n}/{new_total}{m.group(4)}"
+    return _shift_time(_BAR.sub(bar, text), rng)
+
+
+def mutate(text, rng, target=20_000):
+    """One sample's text -> the bytes of a plausible other report of the same failure."""
+    from advisor.reader import resolve_redraws
+    home = rng.choice(HOMES)
+    text = _HOME.sub(home, _numbers(text, rng))
+    lines = text.split("\n")
+    head = len(lines) // 4                  # config dumps and file loading sit at the top
+    lines = [ln for i, ln in enumerate(lines) if not (i < head and _DROPPABLE.search(ln) and rng.random() < 0.4)]
+    pad, size = [], sum(len(ln) + 1 for ln in lines)
+    while size < target * rng.uniform(0.9, 1.1):
+        ln = PAD.format(ts=f"2025-0{rng.randint(1, 9)}-1{rng.randint(0, 9)} 0{rng.randint(0, 9)}:1{rng.randint(0, 9)}:00",
+                        n=rng.randint(100, 999), a=rng.randint(0, 99), b=100, c=rng.randint(1000, 9999),
+                        d=rng.randint(10**6, 10**7), home=home, h=f"{rng.getrandbits(32):08x}",
+                        h2=f"{rng.getrandbits(48):012x}")
+        pad.append(ln)
+        size += len(ln) + 1
+    at = rng.randint(1, min(4, len(lines)))
+    lines[at:at] = pad
+    if rng.random() < 0.2:                  # colour on the error lines
+        lines = [f"\x1b[31m{ln}\x1b[0m" if "Error" in ln else ln for ln in lines]
+    if rng.random() < 0.3:                  # torchrun's per-rank prefixes
+        prefix = rng.choice(["[rank{}]:", "[default{}]:"]).format(rng.randint(0, 7))
+        lines = [f"{prefix}{ln}" for ln in lines]
+    if rng.random() < 0.3:                  # pasted from a 100-column terminal
+        flat = [seg for ln in lines for seg in resolve_redraws(ln)]
+        lines = [ln[i:i + 100] for ln in flat for i in range(0, max(len(ln), 1), 100)]
+    out = ("\r\n" if rng.random() < 0.2 else "\n").join(lines)
+    enc = rng.choices(["utf-8", "gbk", "utf-16", "utf-8-sig"], [70, 12, 12, 6])[0]
+    return out.encode(enc, errors="replace"), enc
+
+
+def _decode(data):
+    from advisor.reader import sniff_encoding    # some samples are GBK or UTF-16 themselves
+    return data.decode(sniff_encoding(data[:1 << 20]), errors="replace")
+
+
+def generate(n, folder, seed=0):
+    """Write n mutated copies into folder; return {path: source sample name}."""
+    rng = random.Random(seed)
+    samples = sorted((ROOT / "log_samples").glob("*.log"))
+    texts = {p.stem: _decode(p.read_bytes()) for p in samples}
+    truth = {}
+    for i in range(n):
+        name = samples[i % len(samples)].stem
+        data, _ = mutate(texts[name], rng)
+        path = folder / f"{rng.getrandbits(40):010x}{rng.choice(['.log', '.txt', '.out', ''])}"
+        path.write_bytes(data)
+        truth[str(path)] = name
+    return truth
+
+
+def quality(report, truth):
+    by_group = [Counter(truth[m] for m in g["members"]) for g in report["groups"]]
+    grouped = sum(sum(c.values()) for c in by_group)
+    purity = sum(max(c.values()) for c in by_group) / max(grouped, 1)
+    per_cause = defaultdict(list)
+    for c in by_group:
+        for cause, k in c.items():
+            per_cause[cause].append(k)
+    totals = Counter(truth.values())
+    recall = sum(max(per_cause.get(c, [0])) for c in totals) / max(len(truth), 1)
+    detail = {c: (max(per_cause.get(c, [0])), totals[c], len(per_cause.get(c, []))) for c in sorted(totals)}
+    return purity, recall, detail
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=10_000)
+    ap.add_argument("--jobs", type=int, default=None, help="passed to triage --jobs (default: the CPU count)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--keep", action="store_true", help="generate into benchmarks/out/triage and keep it")
+    ap.add_argument("--profile", action="store_true", help="also time the stages in-process")
+    args = ap.parse_args()
+
+    folder = ROOT / "benchmarks" / "out" / "triage" if args.keep else Path(tempfile.mkdtemp(prefix="oom-triage-"))
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    t0 = time.perf_counter()
+    truth = generate(args.n, folder, args.seed)
+    mb = sum(os.path.getsize(p) for p in truth) / 2**20
+    print(f"generated {len(truth)} reports, {mb:.0f} MiB ({mb * 1024 / max(len(truth), 1):.1f} KiB each) "
+          f"from {len(set(truth.values()))} samples in {time.perf_counter() - t0:.1f} s")
+
+    out = folder.with_name(folder.name + "-report.json")
+    exe = Path(sys.executable).with_name("oom-doctor")    # the installed command, startup included
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "advisor.cli"]
+    cmd += ["triage", str(folder), "--format", "json", "-o", str(out)]
+    cmd += ["--jobs", str(args.jobs)] if args.jobs else []
+    t0 = time.perf_counter()
+    rc = subprocess.run(cmd, cwd=ROOT).returncode
+    wall = time.perf_counter() - t0
+    report = json.loads(out.read_text(encoding="utf-8"))
+    purity, recall, detail = quality(report, truth)
+    print(f"triage wall time: {wall:.1f} s for {len(truth)} files ({len(truth) / wall:.0f} files/s, "
+          f"jobs={args.jobs or os.cpu_count()}, exit {rc})")
+    print(f"groups: {len(report['groups'])}, errors: {len(report['errors'])}")
+    print(f"purity: {purity:.2%}   recall: {recall:.2%}")
+    for cause, (best, total, spread) in detail.items():
+        print(f"  {cause:<34} {best:>6}/{total:<6} in its largest group, spread over {spread} group(s)")
+    for g in report["groups"]:              # a group that holds several samples: say which, and why
+        sources = Counter(truth[m] for m in g["members"])
+        if len(sources) > 1:
+            print(f"  group {g['id']} ({g['rule']} {g['phase']}/{g['component']}) holds "
+                  + ", ".join(f"{c} {k}" for c, k in sources.most_common()) + f": {g['signature'][:100]}")
+    if args.profile:
+        profile(folder, args.jobs)
+    if not args.keep:
+        shutil.rmtree(folder, ignore_errors=True)
+        out.unlink()
+
+
+def profile(folder, jobs):
+    """Per-stage times in-process: expand, diagnose (parallel), group."""
+    from advisor.triage import group
+    from advisor.triage_cli import diagnose_all, expand
+    t0 = time.perf_counter()
+    files, _ = expand([str(folder)])
+    t1 = time.perf_counter()
+    results = diagnose_all(files, "en", jobs)
+    t2 = time.perf_counter()
+    group([d for d, _ in results if d is not None])
+    t3 = time.perf_counter()
+    print(f"profile: expand {t1 - t0:.2f} s, diagnose {t2 - t1:.2f} s, group {t3 - t2:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
