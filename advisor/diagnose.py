@@ -115,12 +115,15 @@ def _accelerator(decisive, t):
         acc = sig.accelerator_of(s.text)
         if acc != "unknown":
             return acc
+    if t.facts.accelerator:
+        return t.facts.accelerator
     text = " ".join(ln.text for ln in t.window[-200:])
     for needle, acc in (("torch_npu", "npu"), ("Ascend", "npu"), ("ROCm", "rocm"), ("HIP", "rocm"),
                         ("NCCL", "cuda"), ("cuda", "cuda"), ("CUDA", "cuda")):
         if needle in text:
             return acc
-    return "unknown"
+    # host RAM ran out and nothing names a device: the memory that failed is the CPU's
+    return "cpu" if decisive is not None and decisive.kind in (sig.HOST_OOM, sig.HOST_KILL) else "unknown"
 
 
 def _last_progress_line(t):

@@ -19,7 +19,7 @@ PIN_AFTER = 600        # and after it
 MAX_MARKERS = 400
 MAX_SIGNALS = 400
 
-_BAR = re.compile(r"(?:^|\r)(?:(?P<desc>[^|\r]*?):\s*)?(?P<pct>\d{1,3})%\s*\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+|\?)")
+_BAR = re.compile(r"(?:^|\r)\s*(?:(?P<desc>[^|\r]*?):\s*)?(?P<pct>\d{1,3})%\s*\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+|\?)")
 _BAR_LIGHT = re.compile(r"(?P<desc>[A-Z][\w ]*?):\s*(?P<pct>\d{1,3})%\s+(?P<n>\d+)/(?P<total>\d+)")  # lightning/colab
 _BAR_CUT = re.compile(r"^\s*(?P<desc>)(?P<pct>0)%\|(?P<n>)(?P<total>)")   # a bar cut after "0%|": no step done yet
 _DICT = re.compile(r"\{'(loss|eval_loss|train_runtime|eval_runtime|predict_loss)'")
@@ -29,7 +29,7 @@ _BANNER = re.compile(r"^\s*(Num examples|Num Epochs|Instantaneous batch size per
 _UNSLOTH = re.compile(r"(Num GPUs|Batch size per device|Gradient Accumulation steps|Total steps|Number of trainable parameters)"
                       r" = ([\d,]+)")
 _TRAINABLE = re.compile(r"trainable params: ([\d,]+) \|\| all params: ([\d,]+)")
-_RANK_LINE = re.compile(r"Process rank: \d+, (?:world size: (\d+), )?device: \S+, (?:n_gpu: (\d+), )?"
+_RANK_LINE = re.compile(r"Process rank: \d+, (?:world size: (\d+), )?device: (?:(cuda|npu|xpu|mps)|\S)\S*, (?:n_gpu: (\d+), )?"
                         r"distributed training: (\w+), compute dtype: torch\.(\w+)")
 _DS_KV = re.compile(r"^\s*(zero_optimization_stage|train_micro_batch_size_per_gpu|gradient_accumulation_steps"
                     r"|bfloat16_enabled|fp16_enabled|world_size)\s\.{3,}\s(\S+)")
@@ -276,12 +276,13 @@ class Parser:
         if "Process rank" in text:
             m = _RANK_LINE.search(text)
             if m:
-                world = _int(m.group(1) or m.group(2) or 0)
-                if m.group(3) == "True" and world and world > 1:
+                world = _int(m.group(1) or m.group(3) or 0)
+                if m.group(4) == "True" and world and world > 1:
                     self._set("num_gpus", world, line)
-                elif m.group(3) == "False":
+                elif m.group(4) == "False":
                     self._set("num_gpus", 1, line)
-                self._set("precision", _DTYPES.get(m.group(4)), line)
+                self._set("precision", _DTYPES.get(m.group(5)), line)
+                self._set("accelerator", m.group(2), line)
             return
         if "......" in text:
             m = _DS_KV.search(text)
@@ -322,9 +323,10 @@ class Parser:
         if f.model is None and ("oading" in text or "name_or_path" in text):
             m = _MODEL_PATH.search(text)
             if m:
-                path = re.sub(r"/(?:config\.json|model[\w.-]*\.(?:safetensors|bin|json)|pytorch_model[\w.-]*)$", "",
-                              m.group(1).rstrip(",."))
-                self._set("model", path, line)
+                path = re.sub(r"(?:^|/)(?:config\.json|model[\w.-]*\.(?:safetensors|bin|json)|pytorch_model[\w.-]*)$",
+                              "", m.group(1).rstrip(",."))
+                if path and not path.endswith((".json", ".bin", ".safetensors", ".pt")):
+                    self._set("model", path, line)
         if "Instantiating" in text:
             m = _ARCH.search(text)
             if m:

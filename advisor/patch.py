@@ -11,6 +11,7 @@ import difflib
 import io
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -87,6 +88,7 @@ def patched_text(config, changes):
     yaml = YAML()
     yaml.preserve_quotes = True
     yaml.width = 4096
+    yaml.indent(**_list_indent(config.text))
     data = yaml.load(config.text)          # a fresh copy: the loaded config stays as the user wrote it
     for key, (_, new) in changes.items():
         if key in data:
@@ -96,6 +98,18 @@ def patched_text(config, changes):
     out = io.StringIO()
     yaml.dump(data, out)
     return out.getvalue()
+
+
+def _list_indent(text):
+    """Keep the file's list style: `key:` then `  - item` (offset 2) or `- item` (offset 0)."""
+    lines = text.splitlines()
+    for prev, line in zip(lines, lines[1:]):
+        m = re.match(r"^(\s*)- ", line)
+        if m and prev.rstrip().endswith(":"):
+            parent = len(prev) - len(prev.lstrip())
+            offset = max(0, len(m.group(1)) - parent)
+            return {"mapping": 2, "sequence": offset + 2, "offset": offset}
+    return {"mapping": 2, "sequence": 2, "offset": 0}
 
 
 def _insert(data, key, value):

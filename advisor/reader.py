@@ -131,10 +131,17 @@ def resolve_redraws(text):
     return [s for s in segs[:-1] if not _BAR_HINT.search(s)] + [segs[-1]]
 
 
+def strip_ansi(text):
+    return _ANSI.sub("", text) if "\x1b" in text or "m" in text and "[" in text else text
+
+
 def strip_prefixes(text):
     """Remove ANSI codes and wrapper prefixes; return (text, rank or None)."""
-    if "\x1b" in text or "m" in text and "[" in text:
-        text = _ANSI.sub("", text)
+    return strip_wrappers(strip_ansi(text))
+
+
+def strip_wrappers(text):
+    """Remove paste line numbers, host and rank prefixes from an ANSI-free line; (text, rank or None)."""
     text = _PASTE_NO.sub("", text, count=1)
     rank = None
     for _ in range(3):
@@ -206,20 +213,16 @@ def seam_is_cut(a, b):
 def confirmed_wrap_width(raws):
     """With too few full-width lines for statistics (one long line cut once or twice), the longest
     lines are wrap pieces when a wrap visibly cut a phrase the parser knows."""
-    texts = [r.rstrip("\r") for r in raws]
+    texts = [strip_ansi(r.rstrip("\r")) for r in raws]
     width = max((len(t) for t in texts), default=0)
     if not 80 <= width <= 300:
         return None
     for i, text in enumerate(texts[:-1]):
         nxt = texts[i + 1]
         if len(text) == width and nxt and not _NEW_RECORD.match(nxt) \
-                and seam_is_cut(strip_prefixes(text)[0], _strip_ansi(nxt)):
+                and seam_is_cut(strip_wrappers(text)[0], nxt):
             return width
     return None
-
-
-def _strip_ansi(text):
-    return _ANSI.sub("", text) if "\x1b" in text or "m" in text and "[" in text else text
 
 
 def logical_lines(stream):
@@ -232,6 +235,7 @@ def logical_lines(stream):
     def emit(no, raw):
         nonlocal carry
         for seg in resolve_redraws(raw):
+            seg = strip_ansi(seg)               # a terminal wraps what it shows, not escape codes
             wrapped = width is not None and len(seg) == width
             if carry is not None and _NEW_RECORD.match(seg):
                 yield Line(*carry)
@@ -239,20 +243,20 @@ def logical_lines(stream):
             if carry is not None:
                 cno, ctext, crank = carry
                 carry = None
-                text = _strip_ansi(seg)         # a continuation has no prefixes of its own
+                text = seg                      # a continuation has no prefixes of its own
                 if wrapped:
                     carry = (cno, ctext + text, crank)
                     continue
                 yield Line(cno, ctext + text, crank)
                 continue
-            text, rank = strip_prefixes(seg)
+            text, rank = strip_wrappers(seg)
             if wrapped:
                 carry = (no, text, rank)
                 continue
             yield Line(no, text, rank)
 
     def decide(raws):
-        return detect_wrap_width([len(r.rstrip("\r")) for r in raws]) or confirmed_wrap_width(raws)
+        return detect_wrap_width([len(strip_ansi(r.rstrip("\r"))) for r in raws]) or confirmed_wrap_width(raws)
 
     for no, raw in enumerate(physical_lines(stream), 1):
         if not decided:

@@ -59,6 +59,7 @@ class Facts(BaseModel):
     eval_accumulation_steps: Optional[int] = None
     predict_with_generate: Optional[bool] = None
     packing: Optional[bool] = None
+    accelerator: Optional[str] = None      # cuda | npu | xpu | mps | rocm, from device lines
 
 
 class Context(BaseModel):
