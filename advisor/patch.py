@@ -162,7 +162,12 @@ def write_patched(diagnosis, config_path, output=None):
     from .config import load_config
     config = load_config(config_path)
     changes = applied_changes(diagnosis.plan)
-    if not changes or config.dialect == "unknown":
+    if config.dialect == "unknown":
+        raise InputError(f"{config_path}: not a LLaMA-Factory, HF or axolotl config; nothing written")
+    if config.format == "yaml" and re.search(r"(?m)^\s*<<\s*:|(?:^|[\s:\[,-])[&*][A-Za-z_][\w-]*", config.text):
+        raise InputError(f"{config_path}: uses YAML anchors/aliases or merge keys, which a rewrite could break; "
+                         f"nothing written — apply the printed diff by hand")
+    if not changes:
         return "oom-doctor: nothing to write (no config change in the plan)"
     new_text = patched_text(config, changes)
     if new_text == config.text:

@@ -56,6 +56,9 @@ def open_source(path):
         raise InputError(f"{path}: cannot read ({e.strerror or e})")
 
 
+_NOT_CONTROL = bytes(b for b in range(256) if not (b < 9 or 13 < b < 27 or 27 < b < 32))
+
+
 def sniff_encoding(head):
     """Pick a codec from the first bytes; raise InputError for binary data."""
     if head.startswith(codecs.BOM_UTF8):
@@ -71,7 +74,7 @@ def sniff_encoding(head):
         if even > len(sample) // 3 and odd < len(sample) // 20:
             return "utf-16-be"
         raise InputError("input looks like a binary file, not a text log")
-    controls = sum(1 for b in sample if b < 9 or 13 < b < 27 or 27 < b < 32)
+    controls = len(sample.translate(None, _NOT_CONTROL))
     if sample and controls > len(sample) // 10:
         raise InputError("input looks like a binary file, not a text log")
     try:

@@ -169,7 +169,7 @@ def _make_group(key, leader, members, scores, total, lang):
     return g
 
 
-# What each plan action means, in the words of a support reply (the plan's own `why` wins when present).
+# What each plan action means, in the words of a support reply (the plan's own `display` wins when present).
 ACTIONS = {
     "reduce_batch": ("halve the per-device batch size", "把单卡 batch size 减半"),
     "grad_accum": ("raise gradient accumulation to keep the effective batch", "增大梯度累积步数，保持等效 batch 不变"),
@@ -199,11 +199,8 @@ def _gib(x):
 
 
 def _step_text(step, zh):
-    text = step.get("why") or ACTIONS.get(step["action"], (step["action"],) * 2)[zh]
-    changes = step.get("changes") or {}
-    if changes:
-        text += " (" + ", ".join(f"{k}: {v[0]} → {v[1]}" for k, v in changes.items()) + ")"
-    return text
+    # The representative's own values (1024 -> 512) may not fit the other members: say the move, not the numbers.
+    return step.get("display") or ACTIONS.get(step["action"], (step["action"],) * 2)[zh]
 
 
 def reply(g, rep, lang="en", step=None):
@@ -220,7 +217,7 @@ def reply(g, rep, lang="en", step=None):
                   "allocated": _gib(g.memory["allocated_by_pytorch_gib"]),
                   "step": "?" if step is None else int(step)}
         summary = re.sub(r"\{(\w+)\}", lambda m: str(values.get(m.group(1), "?")), getattr(rule.summary, lang))
-    plan = [s for s in (rep.get("plan") or []) if s.get("action") not in (None, "none")]
+    plan = [s for s in (rep.get("plan") or []) if s.get("action") not in (None, "none") and not s.get("alternative")]
     for action in (rule.actions if rule else []):      # the plan may be short: the rule's ladder fills it
         if len(plan) >= 2:
             break

@@ -25,6 +25,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import re
 import signal
 import sys
 import time
@@ -72,14 +73,34 @@ def load_corpus():
 
 # ---- invariance-preserving mutations ---------------------------------------------------------------
 def hard_wrap(text, width):
-    """What a terminal does: every line longer than `width` is cut into pieces of exactly `width`."""
+    """What a terminal does: every line longer than `width` is cut into pieces of exactly `width`
+    characters. Escape codes take no column (a coloured line wraps where the plain one would)."""
     out = []
     for line in text.split("\n"):
+        if "\x1b" in line:
+            out.extend(_wrap_coloured(line, width))
+            continue
         while len(line) > width:
             out.append(line[:width])
             line = line[width:]
         out.append(line)
     return "\n".join(out)
+
+
+_ESC = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def _wrap_coloured(line, width):
+    pieces, cur, shown = [], [], 0
+    for tok in re.findall(r"\x1b\[[0-9;?]*[ -/]*[@-~]|.", line, re.S):
+        if not _ESC.fullmatch(tok):
+            if shown == width:
+                pieces.append("".join(cur))
+                cur, shown = [], 0
+            shown += 1
+        cur.append(tok)
+    pieces.append("".join(cur))
+    return pieces
 
 
 ENCODINGS = ("gbk", "gb18030", "utf-16", "utf-16-le", "utf-16-be", "utf-8-sig", "latin-1")
@@ -261,7 +282,7 @@ def tiny_text(raw, rng):
 
 # ---- cases ------------------------------------------------------------------------------------------
 INVARIANT = ("wrap", "encode", "crlf", "ansi", "rank_prefix", "wrap+encode", "wrap+crlf", "ansi+encode",
-             "crlf+encode", "rank_prefix+wrap")
+             "crlf+encode", "rank_prefix+wrap", "ansi+wrap")
 DAMAGING = {
     "truncate_bytes": truncate_bytes, "cut_head": cut_head, "truncate_lines": truncate_lines,
     "drop_lines": drop_lines, "dup_lines": dup_lines, "swap_blocks": swap_blocks, "nul_bytes": nul_bytes,

@@ -20,6 +20,7 @@ import datetime as dt
 import json
 import os
 import random
+import resource
 import re
 import shutil
 import subprocess
@@ -146,6 +147,13 @@ def quality(report, truth):
     return purity, recall, detail
 
 
+def original_groups():
+    """{sample name: id of the group it joins when the unmutated samples are triaged together}."""
+    from advisor.triage_cli import run_triage
+    report = run_triage([str(p) for p in sorted((ROOT / "log_samples").glob("*.log"))], jobs=1)
+    return {Path(m).stem: g["id"] for g in report["groups"] for m in g["members"]}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=10_000)
@@ -169,15 +177,26 @@ def main():
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "advisor.cli"]
     cmd += ["triage", str(folder), "--format", "json", "-o", str(out)]
     cmd += ["--jobs", str(args.jobs)] if args.jobs else []
+    load = os.getloadavg()[0]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     rc = subprocess.run(cmd, cwd=ROOT).returncode
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    jobs = args.jobs or os.cpu_count()
     report = json.loads(out.read_text(encoding="utf-8"))
-    purity, recall, detail = quality(report, truth)
     print(f"triage wall time: {wall:.1f} s for {len(truth)} files ({len(truth) / wall:.0f} files/s, "
-          f"jobs={args.jobs or os.cpu_count()}, exit {rc})")
+          f"jobs={jobs}, exit {rc}; load average before: {load:.1f} on {os.cpu_count()} CPUs)")
+    print(f"triage CPU time: {cpu:.1f} s ({cpu * 1000 / len(truth):.1f} ms a file) "
+          f"-> about {cpu / 2:.1f} s of wall time on an idle 2-core machine")
     print(f"groups: {len(report['groups'])}, errors: {len(report['errors'])}")
-    print(f"purity: {purity:.2%}   recall: {recall:.2%}")
+    purity, recall, detail = quality(report, truth)
+    print(f"by source sample:      purity {purity:.2%}   recall {recall:.2%}")
+    same = original_groups()                # samples that triage itself puts together are one cause
+    p2, r2, _ = quality(report, {path: same[name] for path, name in truth.items()})
+    print(f"by original's group:   purity {p2:.2%}   recall {r2:.2%}   "
+          f"({len(set(same.values()))} causes among {len(same)} samples)")
     for cause, (best, total, spread) in detail.items():
         print(f"  {cause:<34} {best:>6}/{total:<6} in its largest group, spread over {spread} group(s)")
     for g in report["groups"]:              # a group that holds several samples: say which, and why

@@ -1,0 +1,126 @@
+"""Advice: phase-aware ladders, nothing already in effect, never the learning rate."""
+
+import json
+
+import pytest
+
+from advisor.pipeline import diagnose_path, diagnose_text
+from conftest import REAL_LOGS, SAMPLES
+
+FIRST_STEP_LOG = """[INFO|2025-01-10 10:00:00] llamafactory.model.loader:143 >> trainable params: 20,185,088 || all params: 7,635,801,600 || trainable%: 0.2643
+[INFO|trainer.py:2414] 2025-01-10 10:00:00,000 >> ***** Running training *****
+  0%|          | 0/300 [00:00<?, ?it/s]Traceback (most recent call last):
+  File "/env/lib/python3.11/site-packages/transformers/trainer.py", line 3730, in training_step
+    loss = self.compute_loss(model, inputs)
+  File "/env/lib/python3.11/site-packages/transformers/models/qwen2/modeling_qwen2.py", line 60, in forward
+    down_proj = self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 has a total capacity of {cap} GiB of which 500.00 MiB is free. Of the allocated memory {alloc} GiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated.
+"""
+
+
+def first_step(tmp_path, config_text, cap=23.65, alloc=22.9):
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(config_text)
+    return diagnose_text(FIRST_STEP_LOG.format(cap=cap, alloc=alloc), config_path=str(cfg))
+
+
+LF = """### model
+model_name_or_path: Qwen/Qwen2.5-7B-Instruct
+### method
+stage: sft
+finetuning_type: lora
+### dataset
+template: qwen
+cutoff_len: 2048
+### train
+per_device_train_batch_size: 4
+gradient_accumulation_steps: 2
+learning_rate: 1.0e-4
+"""
+
+
+def all_plans():
+    for log in sorted(SAMPLES.glob("*.log")):
+        yield diagnose_path(str(log))
+    if REAL_LOGS.is_dir():
+        for case in sorted(REAL_LOGS.iterdir()):
+            if (case / "log.txt").exists():
+                cfg = case / "config.yaml"
+                yield diagnose_path(str(case / "log.txt"), config_path=str(cfg) if cfg.exists() else None)
+
+
+def test_learning_rate_is_never_advice():
+    for d in all_plans():
+        text = json.dumps(d.plan) + (d.patch or "") + (d.snippet or "")
+        assert "learning_rate" not in text and "lr_scheduler" not in text, d.source
+
+
+def test_batch_first_and_effective_batch_kept(tmp_path):
+    d = first_step(tmp_path, LF + "bf16: true\n")
+    step = d.plan[0]
+    assert step["action"] == "reduce_batch" and step["applicability"] == "safe"
+    b, g = step["changes"]["per_device_train_batch_size"], step["changes"]["gradient_accumulation_steps"]
+    assert b[0] * g[0] == b[1] * g[1] and b[1] < b[0]
+
+
+def test_no_step_repeats_what_is_in_effect(tmp_path):
+    # LLaMA-Factory checkpoints by default, bf16 is set, the base is already 4-bit
+    d = first_step(tmp_path, LF + "bf16: true\nquantization_bit: 4\n", alloc=22.9)
+    actions = [s["action"] for s in d.plan]
+    assert "grad_checkpointing" not in actions
+    assert "quantize" not in actions
+    assert not any("bf16" in s["changes"] for s in d.plan)
+
+
+def test_checkpointing_suggested_when_user_turned_it_off(tmp_path):
+    d = first_step(tmp_path, LF.replace("per_device_train_batch_size: 4", "per_device_train_batch_size: 1")
+                   + "disable_gradient_checkpointing: true\nbf16: true\n")
+    assert d.plan[0]["action"] == "grad_checkpointing"
+    assert d.plan[0]["changes"] == {"disable_gradient_checkpointing": [True, False]}
+
+
+def test_fp16_not_bf16_on_a_card_without_bf16(tmp_path):
+    # 31.75 GiB is a V100-32G: no native bf16
+    d = first_step(tmp_path, LF.replace("per_device_train_batch_size: 4", "per_device_train_batch_size: 1")
+                   + "fp16: false\nbf16: false\n", cap=31.75, alloc=31.0)
+    precision = [s for s in d.plan if s["action"] == "precision"]
+    assert precision and "fp16" in precision[0]["changes"] and "bf16" not in precision[0]["changes"]
+
+
+def test_bf16_on_v100_is_a_finding(tmp_path):
+    d = first_step(tmp_path, LF + "bf16: true\n", cap=31.75, alloc=31.0)
+    assert any("bf16" in n for n in d.notes)
+
+
+def test_load_oom_is_never_fixed_by_the_batch():
+    for log in ("lf-load-weights-oom", "other-process-holds-gpu"):
+        d = diagnose_path(str(SAMPLES / f"{log}.log"))
+        assert d.plan[0]["action"] not in ("reduce_batch", "grad_accum", "grad_checkpointing")
+
+
+def test_look_alike_gets_no_memory_plan():
+    d = diagnose_path(str(SAMPLES / "lookalike-nccl-timeout.log"))
+    assert [s["action"] for s in d.plan] == ["fix_non_memory_bug"]
+    assert d.plan[0]["applicability"] == "display" and not d.patch
+
+
+def test_incomplete_asks_for_the_rest():
+    d = diagnose_path(str(SAMPLES / "truncated-paste.log"))
+    assert d.plan == [] and any("Traceback" in n for n in d.notes)
+
+
+def test_plan_stops_at_first_fit_then_two_alternatives(tmp_path):
+    d = first_step(tmp_path, LF + "bf16: true\n")
+    main = [s for s in d.plan if not s["alternative"]]
+    assert main[-1]["fits_after"] is True
+    assert all(s["fits_after"] is False for s in main[:-1])
+    assert len(d.plan) - len(main) <= 2
+
+
+def test_multi_gpu_optimizer_oom_shards_single_gpu_goes_8bit(tmp_path):
+    opt = """  File "/env/lib/python3.10/site-packages/torch/optim/adamw.py", line 606, in _multi_tensor_adamw
+    exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs)
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 130.00 MiB. GPU {gpu} has a total capacity of 79.15 GiB of which 87.19 MiB is free. Of the allocated memory 78.00 GiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated.
+"""
+    assert diagnose_text(opt.format(gpu=3)).plan[0]["action"] == "zero_sharding"
+    assert diagnose_text(opt.format(gpu=0)).plan[0]["action"] == "optimizer_8bit"
