@@ -50,9 +50,9 @@ class Gpu(BaseModel):
     estimated: bool = False
 
 
-def _yaml(name):
-    from ruamel.yaml import YAML
-    return YAML(typ="safe").load((DATA / name).read_text(encoding="utf-8"))
+def _data(name):
+    from .compiled import snapshot
+    return snapshot()[name]
 
 
 def _norm(name):
@@ -70,12 +70,12 @@ def _strip_suffixes(norm):
 
 @functools.lru_cache(maxsize=None)
 def models():
-    return tuple(ModelShape(**m) for m in _yaml("models.yaml"))
+    return tuple(ModelShape(**m) for m in _data("models"))
 
 
 @functools.lru_cache(maxsize=None)
 def gpus():
-    return tuple(Gpu(**g) for g in _yaml("gpus.yaml"))
+    return tuple(Gpu(**g) for g in _data("gpus"))
 
 
 def _size_token(norm):

@@ -9,6 +9,7 @@ thousands of NCCL lines from other ranks cannot push it out.
 
 import re
 from collections import deque
+from itertools import islice
 
 from . import signals as sig
 from .timeline import Context, Marker, Signal, Timeline
@@ -50,6 +51,8 @@ _FRAMEWORKS = (("llamafactory", "llamafactory"), ("llmtuner", "llamafactory"), (
                ("deepspeed", "deepspeed"), ("DeepSpeed", "deepspeed"), ("transformers/", "transformers"),
                ("trainer.py", "transformers"), ("peft/", "peft"))
 _FRAMEWORK_RANK = {name: i for i, (_, name) in enumerate(_FRAMEWORKS)}
+_FRAMEWORK_OF = dict(_FRAMEWORKS)
+_FRAMEWORK_RX = re.compile("|".join(re.escape(n) for n, _ in _FRAMEWORKS))
 
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16"}
 
@@ -126,7 +129,7 @@ class Parser:
             if self.pinned is not None:
                 t.earlier_failures += 1
                 t.signals = []
-            self.pinned = list(self.ring)[-PIN_BEFORE:]
+            self.pinned = list(islice(reversed(self.ring), PIN_BEFORE))[::-1]   # not a copy of the whole ring
             self.pin_left = PIN_AFTER
             self.pin_line = line.no
             self.progress_since_pin = 0
@@ -257,11 +260,12 @@ class Parser:
 
     def _facts(self, line, text):
         f = self.f
-        for needle, name in _FRAMEWORKS:
-            if needle in text:
+        if f.framework != "llamafactory":
+            m = _FRAMEWORK_RX.search(text)
+            if m:
+                name = _FRAMEWORK_OF[m.group(0)]
                 if f.framework is None or _FRAMEWORK_RANK[name] < _FRAMEWORK_RANK[f.framework]:
                     f.framework = name
-                break
         if " = " in text:
             m = _BANNER.search(text) or _UNSLOTH.search(text)
             if m:

@@ -9,7 +9,9 @@ number of the physical line it started on, so evidence can point back into the u
 """
 
 import codecs
+import os
 import re
+import stat
 import sys
 
 CHUNK = 1 << 20
@@ -40,12 +42,40 @@ _RAY = re.compile(r"^\((?:[\w.]+) pid=\d+(?:, ip=[\d.]+)?\) ?")
 _BAR_HINT = re.compile(r"%\||\d+/\d+ \[|it/s|s/it")
 
 
+class Snapshot:
+    """A regular file read up to the size it had when opened. A log that is still being written (a run
+    in progress, `tee`) ends where it stood: reading always ends, whatever the writer does."""
+
+    def __init__(self, fh, size):
+        self._fh, self._left = fh, size
+
+    def read(self, n=-1):
+        if self._left <= 0:
+            return b""
+        data = self._fh.read(self._left if n is None or n < 0 else min(n, self._left))
+        self._left -= len(data)
+        return data
+
+    def __getattr__(self, name):          # fileno, close, name...: the file's own
+        return getattr(self._fh, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._fh.close()
+
+
 def open_source(path):
     """Return (display name, binary file object) for a path or '-' (stdin)."""
     if path in (None, "-"):
         return "<stdin>", sys.stdin.buffer
     try:
-        return path, open(path, "rb")
+        fh = open(path, "rb")
+        st = os.fstat(fh.fileno())
+        if stat.S_ISREG(st.st_mode) and st.st_size > 0:
+            return path, Snapshot(fh, st.st_size)
+        return path, fh
     except IsADirectoryError:
         raise InputError(f"{path}: is a directory, not a log file")
     except FileNotFoundError:
@@ -228,7 +258,7 @@ def confirmed_wrap_width(raws):
     return None
 
 
-def logical_lines(stream):
+def logical_lines(stream, start_no=1):
     """Yield normalised Line objects from a binary stream."""
     pending = []          # first lines, held back until the wrap width is known
     width = None
@@ -261,7 +291,7 @@ def logical_lines(stream):
     def decide(raws):
         return detect_wrap_width([len(strip_ansi(r.rstrip("\r"))) for r in raws]) or confirmed_wrap_width(raws)
 
-    for no, raw in enumerate(physical_lines(stream), 1):
+    for no, raw in enumerate(physical_lines(stream), start_no):
         if not decided:
             pending.append((no, raw))
             if len(pending) < WRAP_SAMPLE:

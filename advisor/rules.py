@@ -184,15 +184,30 @@ CHECKS = {
 
 
 # ---- loading ----------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=None)
-def load_rules(directory=None):
-    directory = Path(directory) if directory else RULES_DIR
+def _rule_sources(directory):
+    """(file name, parsed data or exception) per rule file; the shipped set comes from the snapshot."""
+    if directory is None:
+        from .compiled import snapshot
+        return sorted(snapshot()["rules"].items())
     from ruamel.yaml import YAML
     yaml = YAML(typ="safe")
-    rules = []
-    for path in sorted(directory.glob("OOM*.yaml")):
+    out = []
+    for path in sorted(Path(directory).glob("OOM*.yaml")):
         try:
-            data = yaml.load(path.read_text(encoding="utf-8"))
+            out.append((path.name, yaml.load(path.read_text(encoding="utf-8"))))
+        except Exception as e:  # YAML syntax: reported with the file's name below
+            out.append((path.name, e))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def load_rules(directory=None):
+    rules = []
+    for name, data in _rule_sources(directory):
+        path = Path(name)
+        try:
+            if isinstance(data, Exception):
+                raise data
             rule = Rule(**data)
         except ValidationError as e:
             err = e.errors()[0]

@@ -7,7 +7,7 @@ no global state, deterministic. Reading files and running diagnoses in parallel 
 anywhere, collect the dicts, call `group()` once per (verdict, rule, phase, component) key.
 
 Grouping follows the error trackers (STYLE.md, last section): exactly on the rule's verdict, id,
-phase and component first, then fuzzily inside each key on a normalised signature — the error
+phase and component (and the accelerator, see key_of) first, then fuzzily inside each key on a normalised signature — the error
 phrase and the top frames, with every number a run makes up (sizes, PIDs, ranks, timestamps,
 paths, device ordinals, line numbers) removed. rapidfuzz's token_sort_ratio compares them;
 token_set_ratio is deliberately not used: it scores 100 whenever one signature's words are a subset
@@ -17,6 +17,7 @@ of another's, so a bare "CUDA out of memory" would swallow every richer signatur
 import hashlib
 import re
 from dataclasses import asdict, dataclass, field
+from typing import Optional
 from statistics import median
 
 SIMILARITY = 90          # token_sort_ratio at or above which two signatures are one failure
@@ -75,7 +76,10 @@ def signature(diagnosis):
 
 
 def key_of(d):
-    return (d.get("verdict"), d.get("rule"), d.get("phase"), d.get("component"))
+    # The accelerator is part of the exact key: "HIP out of memory" and "CUDA out of memory" differ by
+    # one word, which token_sort_ratio forgives on a short signature, yet the fixes differ by device
+    # family (the allocator settings, the cards), so a ROCm group must not absorb a CUDA one.
+    return (d.get("verdict"), d.get("rule"), d.get("phase"), d.get("component"), d.get("accelerator"))
 
 
 @dataclass
@@ -88,6 +92,7 @@ class Group:
     rule: str
     phase: str
     component: str
+    accelerator: str
     representative: str
     first: str
     last: str
@@ -95,6 +100,7 @@ class Group:
     signature: str
     title: str = ""
     memory: dict = field(default_factory=dict)   # medians over members: capacity and request
+    step: Optional[int] = None                   # median last step, for rules that name it
     reply: str = ""
 
     def to_dict(self):
@@ -145,7 +151,7 @@ def group(diagnoses, lang="en"):
 
 
 def _make_group(key, leader, members, scores, total, lang):
-    verdict, rule, phase, component = key
+    verdict, rule, phase, component, accelerator = key
     gid = hashlib.sha1("\x1f".join(map(str, key + (leader,))).encode("utf-8")).hexdigest()[:10]
     order = sorted(members, key=lambda m: (m[2].get("mtime") or 0, m[0]))   # first/last seen
     mem = {k: _median(m[2].get("memory", {}).get(k) for m in members)
@@ -155,17 +161,19 @@ def _make_group(key, leader, members, scores, total, lang):
     rep = min(typical, key=lambda m: (abs((m[2].get("memory", {}).get("tried_gib") or 0) - (mem["tried_gib"] or 0)),
                                       m[0]))
     exact = sum(1 for m in members if m[1] == leader)
-    reason = f"same rule {rule} ({phase}, {component})"
-    reason += f"; error and top frames identical after normalising: {leader or '(no error line, no frames)'}"
+    reason = f"rule {rule} ({phase}, {component}, {accelerator}); signature: {leader or '(no error line, no frames)'}"
+    if exact > 1:
+        reason += f"; {exact} identical after normalising"
     if exact < len(members):
-        reason += (f"; {len(members) - exact} with a similar signature (token_sort_ratio ≥ {SIMILARITY}, "
+        reason += (f"; {len(members) - exact} similar (token_sort_ratio ≥ {SIMILARITY}, "
                    f"lowest {min(scores.values()):.0f})")
     g = Group(id=gid, count=len(members), share=round(len(members) / total, 4),
               members=[m[2]["source"] for m in members], verdict=verdict, rule=rule, phase=phase,
-              component=component, representative=rep[2]["source"], first=order[0][2]["source"],
+              component=component, accelerator=accelerator, representative=rep[2]["source"], first=order[0][2]["source"],
               last=order[-1][2]["source"], reason=reason, signature=leader, memory=mem)
     step = _median((m[2].get("facts") or {}).get("step") for m in members)
-    g.title, g.reply = reply(g, rep[2], lang, step)
+    g.step = None if step is None else int(step)
+    g.title, g.reply = reply(g, rep[2], lang)
     return g
 
 
@@ -203,8 +211,9 @@ def _step_text(step, zh):
     return step.get("display") or ACTIONS.get(step["action"], (step["action"],) * 2)[zh]
 
 
-def reply(g, rep, lang="en", step=None):
-    """(title, reply) for a group: the cause in one sentence, then the first two plan steps."""
+def reply(g, rep, lang="en"):
+    """(title, reply) for a group: the cause in one sentence, then the first two plan steps of the
+    representative's diagnosis `rep` (the rule's own ladder when it carries no plan)."""
     from .rules import rules_by_id
     rule = rules_by_id().get(g.rule)
     zh = lang == "zh"
@@ -215,7 +224,7 @@ def reply(g, rep, lang="en", step=None):
         values = {"tried": _gib(g.memory["tried_gib"]), "total": _gib(g.memory["total_gib"]),
                   "reserved_unallocated": _gib(g.memory["reserved_unallocated_gib"]),
                   "allocated": _gib(g.memory["allocated_by_pytorch_gib"]),
-                  "step": "?" if step is None else int(step)}
+                  "step": "?" if g.step is None else g.step}
         summary = re.sub(r"\{(\w+)\}", lambda m: str(values.get(m.group(1), "?")), getattr(rule.summary, lang))
     plan = [s for s in (rep.get("plan") or []) if s.get("action") not in (None, "none") and not s.get("alternative")]
     for action in (rule.actions if rule else []):      # the plan may be short: the rule's ladder fills it

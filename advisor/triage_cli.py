@@ -82,14 +82,15 @@ def _diagnose_one(path, lang):
     from .reader import InputError
     from .triage import signature
     try:
-        d = diagnose_path(path, lang=lang).to_json_dict()
+        # No plan here: it costs ~7 % of a diagnosis and only the representatives' plans are shown.
+        d = diagnose_path(path, lang=lang, with_plan=False).to_json_dict()
     except InputError as e:
         msg = str(e)
         return None, msg[len(path) + 2:] if msg.startswith(path + ": ") else msg
     except Exception as e:          # a crash on one file must not lose the other 9 999
         return None, f"internal error: {type(e).__name__}: {e}".splitlines()[0]
     slim = {k: d[k] for k in ("verdict", "accelerator", "phase", "component", "confidence", "rule",
-                              "title", "summary", "evidence", "plan")}
+                              "title", "summary", "evidence")}
     slim["source"] = path           # as given, not as the reader named it
     slim["memory"] = {k: d["memory"].get(k) for k in _MEM_KEYS}
     slim["facts"] = {k: d["facts"].get(k) for k in _FACT_KEYS}
@@ -138,7 +139,8 @@ def diagnose_all(paths, lang="en", jobs=None, progress=False):
 
 def run_triage(args, lang="en", jobs=None, tty=False):
     """PATH arguments -> the triage/v1 report as a dict (None when no file matched at all)."""
-    from .triage import group, summary
+    from .pipeline import diagnose_path
+    from .triage import group, reply, summary
     files, missing = expand(args)
     if not files:
         return None
@@ -149,6 +151,12 @@ def run_triage(args, lang="en", jobs=None, tty=False):
         else:
             diagnoses.append(d)
     groups = group(diagnoses, lang)
+    for g in groups:                # the reply quotes the representative's plan: diagnose it fully once
+        try:
+            full = diagnose_path(g.representative, lang=lang).to_json_dict()
+        except Exception:           # it was read a moment ago; keep the rule's ladder if it is gone now
+            continue
+        g.title, g.reply = reply(g, full, lang)
     return {"schema": "oom-doctor/triage/v1", "summary": summary(diagnoses, errors, groups),
             "groups": [g.to_dict() for g in groups], "errors": errors}
 
@@ -162,10 +170,10 @@ def _counts(d):
     return ", ".join(f"{k} {v}" for k, v in d.items()) or "—"
 
 
-def _summary_lines(s):
+def _summary_lines(s, fmt="{:<12} {}"):
     head = (f"{s['files']} files: {s['diagnosed']} diagnosed, {s['ooms']} with an OOM, "
             f"{s['errors']} unreadable; {s.get('groups', 0)} groups")
-    return [head] + [f"{name:<12} {_counts(s['by_' + name])}"
+    return [head] + [fmt.format(name, _counts(s["by_" + name]))
                      for name in ("verdict", "phase", "component", "accelerator", "framework")]
 
 
@@ -174,7 +182,7 @@ def render_table(r):
     for i, g in enumerate(r["groups"], 1):
         mem = g["memory"]
         out.append(f"{i:>3}. [{g['id']}] {g['count']} files ({g['share']:.1%})  {g['verdict']}  {g['rule']}  "
-                   f"{g['phase']}/{g['component']}  capacity {_gib(mem['total_gib'])}, tried {_gib(mem['tried_gib'])}")
+                   f"{g['phase']}/{g['component']}  {g['accelerator']}  capacity {_gib(mem['total_gib'])}, tried {_gib(mem['tried_gib'])}")
         out += [f"     {g['title']}", f"     representative: {g['representative']}",
                 f"     first: {g['first']}   last: {g['last']}", f"     grouped: {g['reason']}",
                 f"     reply: {g['reply']}", ""]
@@ -186,7 +194,7 @@ def render_table(r):
 
 def render_markdown(r):
     s = r["summary"]
-    out = ["# oom-doctor triage", ""] + [f"- {ln}" for ln in _summary_lines(s)] + [""]
+    out = ["# oom-doctor triage", ""] + [f"- {ln}" for ln in _summary_lines(s, "**{}**: {}")] + [""]
     out += ["| # | id | count | share | verdict | rule | phase | component | capacity | tried | representative |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, g in enumerate(r["groups"], 1):

@@ -6,7 +6,7 @@ Each copy comes from one sample in log_samples/ (its known cause) and is mutated
 reports differ: other sizes (scaled together, so the allocator's ratios and the cause stay), PIDs,
 timestamps, step counts, losses, traceback line numbers, home directories and environment paths;
 `[rankN]:` / `[defaultN]:` prefixes; harmless lines dropped (config dumps) or padded in (dataset
-notices, up to ~20 KB); ANSI colour on error lines; CRLF; a hard wrap at 100 columns; and GBK,
+notices, up to ~20 KB); a hard wrap at 100 columns or else ANSI colour on error lines; CRLF; GBK,
 UTF-16 or UTF-8-with-BOM encodings. File names are random, so nothing but the content tells a
 copy's cause.
 
@@ -100,14 +100,14 @@ def mutate(text, rng, target=20_000):
         size += len(ln) + 1
     at = rng.randint(1, min(4, len(lines)))
     lines[at:at] = pad
-    if rng.random() < 0.2:                  # colour on the error lines
-        lines = [f"\x1b[31m{ln}\x1b[0m" if "Error" in ln else ln for ln in lines]
     if rng.random() < 0.3:                  # torchrun's per-rank prefixes
         prefix = rng.choice(["[rank{}]:", "[default{}]:"]).format(rng.randint(0, 7))
         lines = [f"{prefix}{ln}" for ln in lines]
-    if rng.random() < 0.3:                  # pasted from a 100-column terminal
+    if rng.random() < 0.3:                  # pasted from a 100-column terminal (a paste has no colour)
         flat = [seg for ln in lines for seg in resolve_redraws(ln)]
         lines = [ln[i:i + 100] for ln in flat for i in range(0, max(len(ln), 1), 100)]
+    elif rng.random() < 0.3:                # a captured log keeps the colour of the error lines
+        lines = [f"\x1b[31m{ln}\x1b[0m" if "Error" in ln else ln for ln in lines]
     out = ("\r\n" if rng.random() < 0.2 else "\n").join(lines)
     enc = rng.choices(["utf-8", "gbk", "utf-16", "utf-8-sig"], [70, 12, 12, 6])[0]
     return out.encode(enc, errors="replace"), enc

@@ -1,0 +1,162 @@
+"""Pathological sizes (issue 8, item 4): bounded memory and time, and a best-effort verdict.
+
+Each case runs the real command line in a subprocess that reports its own peak memory, on input
+built in a temporary folder: a million tiny lines, a 10 000-frame recursion traceback, a 200 MB
+single line (the issue's 1 GB scaled down for CI: the reader keeps an overlong line's head and tail
+only, so the bound does not depend on the size), and a file that grows while it is read.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import ROOT
+
+OOM = b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of " \
+      b"23.65 GiB of which 1.00 GiB is free. Of the allocated memory 21.50 GiB is allocated by PyTorch, and " \
+      b"100.00 MiB is reserved by PyTorch but unallocated.\n"
+
+# Runs the CLI and writes its peak RSS (ru_maxrss, KiB on Linux) to the file named by $PEAK_RSS_FILE
+# when it exits, however it exits.
+_MEASURED = """
+import os, resource, sys
+from advisor.cli import main
+try:
+    main(sys.argv[1:])
+finally:
+    with open(os.environ["PEAK_RSS_FILE"], "w") as fh:
+        fh.write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+"""
+
+
+def run_measured(args, tmp_path, stdin=None, timeout=300):
+    """(exit code, parsed JSON or None, stderr, seconds, peak RSS in MiB) of one CLI run."""
+    peak = tmp_path / "peak_rss"
+    env = dict(os.environ, PEAK_RSS_FILE=str(peak))
+    env.pop("OOM_DOCTOR_DEBUG", None)
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-c", _MEASURED, "diagnose", *args, "--format", "json"], stdin=stdin,
+                       capture_output=True, cwd=ROOT, env=env, timeout=timeout)
+    seconds = time.monotonic() - t0
+    err = p.stderr.decode("utf-8", "replace")
+    assert "Traceback" not in err, err
+    report = json.loads(p.stdout) if p.returncode in (0, 1) else None
+    return p.returncode, report, err, seconds, int(peak.read_text()) / 1024
+
+
+def baseline_rss(tmp_path):
+    small = tmp_path / "small.log"
+    small.write_bytes(b"{'loss': 1.0, 'epoch': 0.1}\n" + OOM)
+    return run_measured([str(small)], tmp_path)[4]
+
+
+def test_a_million_tiny_lines(tmp_path):
+    log = tmp_path / "train.log"
+    with open(log, "wb") as fh:
+        fh.write(b"***** Running training *****\n")
+        for block in range(1000):
+            fh.write(b"".join(b"%d\n" % (block * 1000 + i) for i in range(999)))
+            fh.write(b"{'loss': 1.0, 'epoch': %d}\n" % block)
+        fh.write(OOM)
+    rc, report, err, seconds, rss = run_measured([str(log)], tmp_path)
+    assert rc == 1, err
+    assert (report["verdict"], report["phase"]) == ("device_oom", "mid_training")
+    assert seconds < 120
+    assert rss < baseline_rss(tmp_path) + 100
+
+
+def test_ten_thousand_frame_recursion(tmp_path):
+    frames = b"".join(b'  File "/app/model.py", line 12, in descend\n    return descend(node.child)\n'
+                      for _ in range(10000))
+    head = b"***** Running training *****\n{'loss': 1.0, 'epoch': 0.1}\nTraceback (most recent call last):\n" \
+           b'  File "/app/train.py", line 3, in <module>\n    trainer.train()\n' \
+           b'  File "/usr/lib/python3/site-packages/transformers/trainer.py", line 1, in training_step\n' \
+           b"    loss = self.compute_loss(model, inputs)\n"
+    for ending, verdict in ((b"RecursionError: maximum recursion depth exceeded while calling a Python object\n",
+                             "not_oom"), (OOM, "device_oom")):
+        log = tmp_path / "recursion.log"
+        log.write_bytes(head + frames + ending)
+        rc, report, err, seconds, _ = run_measured([str(log)], tmp_path)
+        assert rc == (1 if verdict == "device_oom" else 0), err
+        assert report["verdict"] == verdict
+        assert seconds < 60
+
+
+def _huge_line(path, megabytes):
+    """A run whose tqdm bar redrew itself with '\\r' for `megabytes` MB without a newline, then the OOM."""
+    unit = b"\r 45%|####5     | 4500/10000 [01:23<01:40, 54.3it/s]"
+    block = unit * (1 << 20 // len(unit) + 1)
+    with open(path, "wb") as fh:
+        fh.write(b"***** Running training *****\n{'loss': 1.0, 'epoch': 0.1}\n")
+        for _ in range(megabytes):
+            fh.write(block)
+        fh.write(b"\n" + OOM)
+
+
+def test_a_200_mb_single_line_streamed(tmp_path):
+    log = tmp_path / "huge.log"
+    _huge_line(log, 200)
+    base = baseline_rss(tmp_path)
+    cat = subprocess.Popen(["cat", str(log)], stdout=subprocess.PIPE)     # a pipe: no size, no mmap
+    try:
+        rc, report, err, seconds, rss = run_measured(["-"], tmp_path, stdin=cat.stdout)
+    finally:
+        cat.stdout.close()
+        cat.wait()
+    assert rc == 1, err
+    assert (report["verdict"], report["phase"]) == ("device_oom", "mid_training")
+    assert seconds < 120
+    assert rss < base + 64, f"peak RSS {rss:.0f} MiB for a 200 MiB line (baseline {base:.0f} MiB)"
+
+
+@pytest.mark.xfail(reason="advisor/fastpath.py copies a big file's window (mm[start:end]) and a window ends at a "
+                          "line end: a 200 MB line is copied whole", strict=False)
+def test_a_200_mb_single_line_file(tmp_path):
+    """The same line as a file (the CLI maps files above 16 MiB). Python's own allocations are traced:
+    the mapping's pages count in RSS but are the page cache's, not the program's."""
+    log = tmp_path / "huge.log"
+    _huge_line(log, 200)
+    code = ("import sys, tracemalloc; tracemalloc.start()\n"
+            "from advisor.pipeline import diagnose_path\n"
+            "d = diagnose_path(sys.argv[1], with_plan=False)\n"
+            "print(d.verdict, d.phase, tracemalloc.get_traced_memory()[1])\n")
+    p = subprocess.run([sys.executable, "-c", code, str(log)], capture_output=True, cwd=ROOT, timeout=300, text=True)
+    verdict, phase, peak = p.stdout.split()
+    assert (verdict, phase) == ("device_oom", "mid_training"), p.stderr
+    assert int(peak) < 64 << 20, f"Python heap peaked at {int(peak) >> 20} MiB for a 200 MiB line"
+
+
+def test_a_file_that_grows_while_read(tmp_path):
+    """A run still writing its log (other ranks report as they go down): reading ends where the file
+    stood when it was opened, so the answer comes while the writer is still busy."""
+    log = tmp_path / "running.log"
+    step = b"{'loss': 1.0, 'grad_norm': 0.5, 'learning_rate': 1e-05, 'epoch': 0.1}\n"
+    log.write_bytes(b"***** Running training *****\n" + step * 20000 + OOM)
+    cascade = b"W0415 15:31:43.643000 92318 api.py:1010] Sending process 92385 closing signal SIGTERM\n" * 1000
+    cap = 256 << 20                         # ~25 s of writing at ~10 MB/s; a bug cannot fill the disk
+    stop, written = threading.Event(), [0]
+
+    def writer():
+        with open(log, "ab") as fh:
+            while not stop.is_set() and written[0] < cap:
+                fh.write(cascade)
+                fh.flush()
+                written[0] += len(cascade)
+                time.sleep(0.01)
+
+    th = threading.Thread(target=writer, daemon=True)
+    th.start()
+    try:
+        rc, report, err, seconds, _ = run_measured([str(log)], tmp_path, timeout=120)
+        still_writing = th.is_alive()
+    finally:
+        stop.set()
+        th.join()
+    assert rc == 1, err
+    assert report["verdict"] == "device_oom"
+    assert still_writing, f"the diagnosis waited for the writer to stop ({seconds:.1f} s)"
