@@ -53,20 +53,25 @@ def cli():
 @LANG
 @click.option("--write", is_flag=True, help="Apply the patch to --config (a .bak backup is written first).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report (or with --write, the patched config) here.")
-def diagnose(log, config_path, gpu, model, params, fmt, lang, write, output):
+@click.option("--open", "open_", is_flag=True,
+              help="Open the HTML report in the default browser (implies --format html; without -o, a temporary file).")
+def diagnose(log, config_path, gpu, model, params, fmt, lang, write, output, open_):
     """Diagnose one training log (a path, or - / nothing for stdin)."""
     from .pipeline import diagnose_path
     from .render import render
     lang = lang or default_lang()
     if write and not config_path:
         fail("--write needs --config FILE (the file to patch)")
+    fmt = _open_format(fmt, open_)
     d = diagnose_path(log, config_path=config_path, lang=lang, gpu=gpu, model=model, params=params)
     if write:
         from .patch import write_patched
         message = write_patched(d, config_path, output)
         click.echo(message, err=True)
         output = None
+    output = _open_target(output, open_)
     _emit(render(d, fmt, lang, color=use_color() and not output), output)
+    _open_report(output, open_)
     sys.exit(EXIT_OOM if d.verdict in ("device_oom", "host_oom") else EXIT_OK)
 
 @cli.command()
@@ -91,12 +96,15 @@ def diagnose(log, config_path, gpu, model, params, fmt, lang, write, output):
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html"]), default="text")
 @LANG
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report here.")
+@click.option("--open", "open_", is_flag=True,
+              help="Open the HTML report in the default browser (implies --format html; without -o, a temporary file).")
 def budget(model, model_config, params, method, precision, quant_bits, batch, seq, grad_ckpt, lora_rank,
-           lora_target, flash_attn, optim, gpus, zero, offload, gpu, config_path, fmt, lang, output):
+           lora_target, flash_attn, optim, gpus, zero, offload, gpu, config_path, fmt, lang, output, open_):
     """Memory budget of a planned run: GiB per component, and whether it fits the card."""
     from .budget import estimate
     from .runspec import spec_from_facts
     lang = lang or default_lang()
+    fmt = _open_format(fmt, open_)
     facts = {}
     if config_path:
         from .config import load_config
@@ -125,7 +133,9 @@ def budget(model, model_config, params, method, precision, quant_bits, batch, se
     else:
         from .render.budget_text import render_budget_text
         text = render_budget_text(result, lang, fmt)
+    output = _open_target(output, open_)
     _emit(text, output)
+    _open_report(output, open_)
     sys.exit(EXIT_OOM if result.fits is False else EXIT_OK)
 
 
@@ -172,6 +182,33 @@ def _emit(text, output):
             fail(f"{output}: cannot write ({e.strerror or e})")
     else:
         click.echo(text, nl=not text.endswith("\n"))
+
+
+def _open_format(fmt, open_):
+    """--open shows the HTML report: it replaces the default text format, and refuses the others."""
+    if open_ and fmt == "text":
+        return "html"
+    if open_ and fmt != "html":
+        fail(f"--open shows the HTML report; it cannot open --format {fmt}")
+    return fmt
+
+
+def _open_target(output, open_):
+    if open_ and not output:
+        from .render.html import temp_report_path
+        return temp_report_path()
+    return output
+
+
+def _open_report(output, open_):
+    """Open the written report in a browser when one exists; never fails (the report is written)."""
+    if not open_:
+        return
+    from .render.html import open_in_browser
+    if not open_in_browser(output):
+        click.echo(f"oom-doctor: no browser found; the report is at {output}", err=True)
+    else:
+        click.echo(f"oom-doctor: opened {output}", err=True)
 
 
 def main(argv=None):

@@ -26,6 +26,7 @@ class Evidence(BaseModel):
     line: int
     text: str
     marker: str
+    approximate: bool = False          # big files: the line number was estimated (see fastpath.py)
 
 
 class Diagnosis(BaseModel):
@@ -191,6 +192,9 @@ def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rul
         merged.step = t.context.step
 
     evidence = _evidence(decisive, numbered, hits, dframes, t, rule)
+    if t.exact_lines is not None:
+        for e in evidence:
+            e.approximate = e.line > t.exact_lines
     values = {
         "tried": _fmt_gib(memory.get("tried_gib")), "total": _fmt_gib(memory.get("total_gib")),
         "free": _fmt_gib(memory.get("free_gib")), "reserved_unallocated": _fmt_gib(memory.get("reserved_unallocated_gib")),

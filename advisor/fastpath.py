@@ -5,11 +5,14 @@ marker that tells the phase just before the failure. For a seekable file above B
 the head (facts, banner); the region after the last sign of progress (found by searching backwards
 from the end), or, when that region is huge (other ranks spamming after a crash), a window around
 its first failure signal plus the tail; and a window around the last phase marker before that
-region. Line numbers stay exact: newlines are counted in the gaps without decoding them.
+region. Reading is positional (`os.pread`), so memory stays bounded whatever the file's size.
+
+Line numbers in the head are exact. Counting the newlines of the gaps would mean reading the whole
+file, so past the head a window's first line number is estimated from its byte offset and the
+average line length seen; such evidence is marked approximate and also carries its byte offset.
 """
 
 import io
-import mmap
 import os
 import stat
 
@@ -36,14 +39,34 @@ def timeline_of(stream, source, big=BIG, head=HEAD, region_max=REGION_MAX, windo
     if fileno is None or size <= big:
         timeline = _parse_all(stream, source)
     else:
-        with mmap.mmap(fileno, 0, access=mmap.ACCESS_READ) as mm:
-            if sniff_encoding(mm[:65536]).startswith("utf-16"):
-                timeline = _parse_all(stream, source)
-            else:
-                timeline = _parse_windows(mm, source, head, region_max, window)
+        data = _File(fileno, size)
+        if sniff_encoding(data[0:65536]).startswith("utf-16"):
+            timeline = _parse_all(stream, source)
+        else:
+            timeline = _parse_windows(data, source, head, region_max, window)
     if timeline.line_count == 0:
         raise InputError(f"{source}: the log is empty")
     return timeline
+
+
+class _File:
+    """Byte slices of a file by position, without mapping it: resident memory stays small."""
+
+    def __init__(self, fd, size):
+        self.fd, self.size = fd, size
+
+    def __len__(self):
+        return self.size
+
+    def __getitem__(self, span):
+        start, stop = max(0, span.start or 0), min(self.size, self.size if span.stop is None else span.stop)
+        return os.pread(self.fd, stop - start, start) if stop > start else b""
+
+    def rfind(self, needle, start, end):
+        return _last(self, (needle,), end) if end > start else -1
+
+    def find(self, needle, start):
+        return _first(self, (needle,), start)
 
 
 def _fileno(stream):
@@ -63,12 +86,17 @@ def _parse_all(stream, source):
 
 
 def _line_start(mm, pos):
-    return 0 if pos <= 0 else mm.rfind(b"\n", 0, pos) + 1
+    if pos <= 0:
+        return 0
+    block = mm[max(0, pos - 65536):pos]
+    nl = block.rfind(b"\n")
+    return pos - len(block) + nl + 1 if nl >= 0 else max(0, pos - 65536)
 
 
 def _line_end(mm, pos):
-    end = mm.find(b"\n", pos)
-    return len(mm) if end < 0 else end + 1
+    block = mm[pos:pos + 65536]
+    nl = block.find(b"\n")
+    return min(len(mm), pos + (nl + 1 if nl >= 0 else len(block)))
 
 
 def _last(mm, needles, end):
@@ -124,19 +152,22 @@ def _windows(mm, head, region_max, window):
     return merged
 
 
-def _count_newlines(mm, start, end, chunk=64 << 20):
-    return sum(mm[i:min(end, i + chunk)].count(b"\n") for i in range(start, end, chunk))
-
-
 def _parse_windows(mm, source, head, region_max, window):
     parser = Parser(source)
-    line_no, pos = 1, 0
-    for start, end in _windows(mm, head, region_max, window):
-        line_no += _count_newlines(mm, pos, start)
-        for line in logical_lines(io.BytesIO(mm[start:end]), start_no=line_no):
+    spans = _windows(mm, head, region_max, window)
+    exact_end = spans[0][1]
+    blocks = [mm[start:end] for start, end in spans]       # a few MiB at most
+    head_lines = blocks[0].count(b"\n")
+    samples = [mm[int(len(mm) * f):int(len(mm) * f) + (256 << 10)] for f in (0.2, 0.4, 0.6, 0.8)]
+    bytes_per_line = max(1.0, sum(map(len, samples)) / max(1, sum(b.count(b"\n") for b in samples)))
+    line_no = 1
+    for (start, end), block in zip(spans, blocks):
+        if start > 0:       # estimated: bytes since the head over the average line length
+            line_no = max(line_no, head_lines + 1 + int((start - exact_end) / bytes_per_line))
+        for line in logical_lines(io.BytesIO(block), start_no=line_no):
             parser.feed(line)
-        line_no += _count_newlines(mm, start, end)
-        pos = end
+        line_no += block.count(b"\n")
     timeline = parser.finish()
-    timeline.line_count = line_no - 1 + (1 if len(mm) and mm[len(mm) - 1:] != b"\n" else 0)
+    timeline.exact_lines = head_lines
+    timeline.line_count = max(timeline.line_count, line_no - 1)
     return timeline

@@ -24,7 +24,7 @@ _BAR = re.compile(r"(?:^|\r)\s*(?:(?P<desc>[^|\r]*?):\s*)?(?P<pct>\d{1,3})%\s*\|
 _BAR_LIGHT = re.compile(r"(?P<desc>[A-Z][\w ]*?):\s*(?P<pct>\d{1,3})%\s+(?P<n>\d+)/(?P<total>\d+)")  # lightning/colab
 _BAR_CUT = re.compile(r"^\s*(?P<desc>)(?P<pct>0)%\|(?P<n>)(?P<total>)")   # a bar cut after "0%|": no step done yet
 _DICT = re.compile(r"\{'(loss|eval_loss|train_runtime|eval_runtime|predict_loss)'")
-_BANNER = re.compile(r"^\s*(Num examples|Num Epochs|Instantaneous batch size per device|Total train batch size "
+_BANNER = re.compile(r"(?:^|\s)(Num examples|Num Epochs|Instantaneous batch size per device|Total train batch size "
                      r"\(w\. parallel, distributed & accumulation\)|Gradient Accumulation steps|Total optimization steps"
                      r"|Number of trainable parameters|Batch size|Num GPUs) = ([\d,]+)")
 _UNSLOTH = re.compile(r"(Num GPUs|Batch size per device|Gradient Accumulation steps|Total steps|Number of trainable parameters)"

@@ -83,3 +83,4 @@ class Timeline(BaseModel):
     ranks: List[int] = Field(default_factory=list)
     window: list = Field(default_factory=list)               # reader.Line objects around the failure
     fact_lines: dict = Field(default_factory=dict)           # fact name -> log line it came from
+    exact_lines: Optional[int] = None                        # big files: line numbers past this are estimates

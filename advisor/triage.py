@@ -153,13 +153,14 @@ def group(diagnoses, lang="en"):
 def _make_group(key, leader, members, scores, total, lang):
     verdict, rule, phase, component, accelerator = key
     gid = hashlib.sha1("\x1f".join(map(str, key + (leader,))).encode("utf-8")).hexdigest()[:10]
-    order = sorted(members, key=lambda m: (m[2].get("mtime") or 0, m[0]))   # first/last seen
+    # Ties break on the path, never on the input order, so a re-run in another order reads the same.
+    order = sorted(members, key=lambda m: (m[2].get("mtime") or 0, m[2]["source"]))   # first/last seen
     mem = {k: _median(m[2].get("memory", {}).get(k) for m in members)
            for k in ("total_gib", "tried_gib", "reserved_unallocated_gib", "allocated_by_pytorch_gib")}
     # The representative carries the leader signature and the request nearest the group's median.
     typical = [m for m in members if m[1] == leader]
     rep = min(typical, key=lambda m: (abs((m[2].get("memory", {}).get("tried_gib") or 0) - (mem["tried_gib"] or 0)),
-                                      m[0]))
+                                      m[2]["source"]))
     exact = sum(1 for m in members if m[1] == leader)
     reason = f"rule {rule} ({phase}, {component}, {accelerator}); signature: {leader or '(no error line, no frames)'}"
     if exact > 1:

@@ -6,6 +6,7 @@ a traceback), and render the report as a table, JSON, CSV or Markdown. Exit code
 shows an OOM, else 0; 2 when no path matched, or no file could be read at all.
 """
 
+import contextlib
 import glob
 import os
 import sys
@@ -109,32 +110,40 @@ def _diagnose_chunk(paths, lang):
 def diagnose_all(paths, lang="en", jobs=None, progress=False):
     """[(dict or None, error or None)] in the order of `paths`, diagnosed by `jobs` processes."""
     jobs = max(1, jobs or os.cpu_count() or 1)
-    bar = click.progressbar(length=len(paths), label="diagnosing", file=sys.stderr) if progress else None
     results = [None] * len(paths)
-    try:
-        if bar:
-            bar.__enter__()
+    bar = click.progressbar(length=len(paths), label="diagnosing", file=sys.stderr) if progress else None
+    with bar or contextlib.nullcontext():
         if jobs == 1 or len(paths) <= IN_PROCESS_MAX:
             for i, p in enumerate(paths):
                 results[i] = _diagnose_one(p, lang)
-                bar and bar.update(1)
+                if bar:
+                    bar.update(1)
             return results
         from concurrent.futures import ProcessPoolExecutor, as_completed
         from .pipeline import diagnose_path  # noqa: F401  (imported before forking: workers inherit it)
         from .rules import load_rules
         load_rules()
+        # Chunks amortise the pickling; ~8 per worker keep the bar moving and the load balanced.
         size = max(1, min(64, len(paths) // (jobs * 8)))
+        retry = []
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             futures = {pool.submit(_diagnose_chunk, paths[i:i + size], lang): i for i in range(0, len(paths), size)}
             for fut in as_completed(futures):
                 start = futures[fut]
-                chunk = fut.result()
+                try:
+                    chunk = fut.result()
+                except Exception:       # a worker died (killed, out of memory): redo its files here
+                    retry.append(start)
+                    continue
                 results[start:start + len(chunk)] = chunk
-                bar and bar.update(len(chunk))
-        return results
-    finally:
-        if bar:
-            bar.__exit__(None, None, None)
+                if bar:
+                    bar.update(len(chunk))
+        for start in retry:
+            for i in range(start, min(start + size, len(paths))):
+                results[i] = _diagnose_one(paths[i], lang)
+                if bar:
+                    bar.update(1)
+    return results
 
 
 def run_triage(args, lang="en", jobs=None, tty=False):

@@ -13,8 +13,6 @@ import sys
 import threading
 import time
 
-import pytest
-
 from conftest import ROOT
 
 OOM = b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of " \
@@ -114,21 +112,16 @@ def test_a_200_mb_single_line_streamed(tmp_path):
     assert rss < base + 64, f"peak RSS {rss:.0f} MiB for a 200 MiB line (baseline {base:.0f} MiB)"
 
 
-@pytest.mark.xfail(reason="advisor/fastpath.py copies a big file's window (mm[start:end]) and a window ends at a "
-                          "line end: a 200 MB line is copied whole", strict=False)
 def test_a_200_mb_single_line_file(tmp_path):
-    """The same line as a file (the CLI maps files above 16 MiB). Python's own allocations are traced:
-    the mapping's pages count in RSS but are the page cache's, not the program's."""
+    """The same line as a file: above 16 MiB the CLI reads windows of it by position (fastpath.py)."""
     log = tmp_path / "huge.log"
     _huge_line(log, 200)
-    code = ("import sys, tracemalloc; tracemalloc.start()\n"
-            "from advisor.pipeline import diagnose_path\n"
-            "d = diagnose_path(sys.argv[1], with_plan=False)\n"
-            "print(d.verdict, d.phase, tracemalloc.get_traced_memory()[1])\n")
-    p = subprocess.run([sys.executable, "-c", code, str(log)], capture_output=True, cwd=ROOT, timeout=300, text=True)
-    verdict, phase, peak = p.stdout.split()
-    assert (verdict, phase) == ("device_oom", "mid_training"), p.stderr
-    assert int(peak) < 64 << 20, f"Python heap peaked at {int(peak) >> 20} MiB for a 200 MiB line"
+    base = baseline_rss(tmp_path)
+    rc, report, err, seconds, rss = run_measured([str(log)], tmp_path)
+    assert rc == 1, err
+    assert (report["verdict"], report["phase"]) == ("device_oom", "mid_training")
+    assert seconds < 120
+    assert rss < base + 64, f"peak RSS {rss:.0f} MiB for a 200 MiB line (baseline {base:.0f} MiB)"
 
 
 def test_a_file_that_grows_while_read(tmp_path):

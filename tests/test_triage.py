@@ -121,9 +121,11 @@ def test_copy_with_other_numbers_and_paths_joins_its_original(sample):
 
 def test_group_ids_and_members_do_not_depend_on_input_order():
     ds = [_diagnose(p) for p in _samples()]
-    a = {g.id: sorted(g.members) for g in group(ds)}
-    b = {g.id: sorted(g.members) for g in group(list(reversed(ds)))}
-    assert a == b
+    ds += [_diagnose("copy/" + p.name, _mutate(_text(p))) for p in _oom_samples()[:3]]
+
+    def view(groups):
+        return {g.id: (sorted(g.members), g.representative, g.first, g.last, g.reply) for g in groups}
+    assert view(group(ds)) == view(group(list(reversed(ds))))
 
 
 # ---- done-when 3: a mixed folder with a binary file and an empty file ------------------------------
@@ -189,3 +191,25 @@ def test_formats_and_chinese_replies(tmp_path, fmt):
     text = out.read_text(encoding="utf-8")
     assert sample.name in text and "建议先" in text                   # a pasteable reply, in Chinese
     assert signature(_diagnose(sample)) and "1." in text and "2." in text
+
+
+def test_a_worker_that_dies_does_not_lose_its_files(tmp_path, monkeypatch):
+    import multiprocessing
+    import os
+
+    import advisor.triage_cli as tc
+    if multiprocessing.get_start_method() != "fork":
+        pytest.skip("the patched worker only reaches forked children")
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for i, s in enumerate(_samples()[:10]):
+        (folder / f"{i:02d}.log").write_bytes(s.read_bytes())
+    real = tc._diagnose_chunk
+
+    def dying(paths, lang):
+        if any(p.endswith("03.log") for p in paths):
+            os._exit(9)                                               # as if the OOM killer took it
+        return real(paths, lang)
+    monkeypatch.setattr(tc, "_diagnose_chunk", dying)
+    report = run_triage([str(folder)], jobs=2)
+    assert sum(g["count"] for g in report["groups"]) == 10 and not report["errors"]

@@ -30,7 +30,7 @@ def render_markdown(d, lang="en"):
     for note in d.notes:
         out += [f"> {note}", ""]
     out += [f"<details><summary>{L('evidence')}</summary>", "", "```"]
-    out += [f"{e.line:>6}: {e.text[:200]}" for e in d.evidence] + ["```", "", "</details>"]
+    out += [f"{('~' if e.approximate else '') + str(e.line):>7}: {e.text[:200]}" for e in d.evidence] + ["```", "", "</details>"]
     facts = fact_rows(d.facts)
     if facts:
         out += ["", f"_{L('facts')}: " + ", ".join(f"{k}={v}" for k, v in facts) + "_"]

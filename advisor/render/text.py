@@ -58,7 +58,7 @@ def render_text(d, lang="en", color=False):
     for note in d.notes:
         out += ["", _c("! " + note, "yellow", color)]
     out += ["", _c(L("evidence"), "bold", color)]
-    out += [f"  {L('line')} {e.line:>6}  {e.text[:160]}" for e in d.evidence]
+    out += [f"  {L('line')} {('~' if e.approximate else '') + str(e.line):>7}  {e.text[:160]}" for e in d.evidence]
     facts = fact_rows(d.facts)
     if facts:
         out += ["", _c(L("facts"), "bold", color), "  " + ", ".join(f"{k}={v}" for k, v in facts)]

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Speed and memory of `oom-doctor diagnose` on big logs, against grep and Python's own start-up.
+
+usage: python benchmarks/speed.py [--sizes 100M,1G,4G] [--stdin-max 1G] [--keep]
+For each size: generate a realistic log (benchmarks/biglog.py) into benchmarks/out/, then in one run
+on the same file measure the wall time and peak RSS of `oom-doctor diagnose --format json`, the wall
+time of `grep -c -E` with the markers the tool needs, and their ratio; the same log piped through
+stdin (no seeking: one streaming pass) up to --stdin-max. Then cold start: `oom-doctor --version`
+and diagnosing a 200-line log, each against `python3 -c pass` (median of 7 runs).
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from biglog import parse_size, write_log  # noqa: E402
+
+TOOL = [shutil.which("oom-doctor") or str(Path(sys.executable).with_name("oom-doctor"))]
+MARKERS = ("out of memory|Tried to allocate|OutOfMemoryError|DefaultCPUAllocator|exitcode|SIGKILL|Killed|Traceback"
+           "|Error|rror:|Watchdog|ALLOC_FAILED|EL0004|Running training|Running Evaluation|Saving model checkpoint"
+           "|Loading checkpoint shards|trainable params|[0-9]+/[0-9]+ \\[|\\{'loss'|\\{'eval_loss'")
+RSS = ("import resource, subprocess, sys\n"
+       "stdin = open(sys.argv[1], 'rb') if sys.argv[1] != '-' else None\n"
+       "subprocess.run(sys.argv[2:], stdin=stdin, stdout=subprocess.DEVNULL)\n"
+       "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+
+
+def timed(cmd, stdin="-"):
+    """(wall seconds, peak RSS MiB) of a command, measured by a small parent process."""
+    t = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", RSS, stdin, *cmd], capture_output=True, text=True, check=True)
+    return time.perf_counter() - t, int(out.stdout.strip()) / 1024
+
+
+def wall(cmd, runs=7):
+    # stdout is a pipe, not /dev/null: GNU grep stops at the first match when it writes to /dev/null
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="100M,1G")
+    ap.add_argument("--stdin-max", default="1G")
+    ap.add_argument("--keep", action="store_true", help="keep the generated logs in benchmarks/out/")
+    a = ap.parse_args()
+    out = HERE / "out"
+    out.mkdir(exist_ok=True)
+    print(f"{'size':>6} {'diagnose s':>11} {'peak MiB':>9} {'grep s':>8} {'ratio':>6} {'stdin s':>8} {'stdin MiB':>10}")
+    for size in a.sizes.split(","):
+        path = out / f"bench-{size}.log"
+        if not path.exists():
+            write_log(path, parse_size(size))
+        wall(["cat", str(path)], runs=1)                          # same page-cache state for both
+        d_time, d_rss = timed(TOOL + ["diagnose", "--format", "json", str(path)])
+        g_time = wall(["grep", "-c", "-E", MARKERS, str(path)], runs=1)
+        s_time = s_rss = float("nan")
+        if parse_size(size) <= parse_size(a.stdin_max):
+            # a real pipe (a redirected file would be seekable and take the windowed path)
+            s_time, s_rss = timed(["sh", "-c", f"cat '{path}' | '{TOOL[0]}' diagnose --format json -"])
+        print(f"{size:>6} {d_time:11.2f} {d_rss:9.1f} {g_time:8.2f} {d_time / g_time:6.2f} {s_time:8.2f} {s_rss:10.1f}")
+        if not a.keep:
+            path.unlink()
+    small = out / "small-200.log"
+    lines = (HERE.parent / "log_samples" / "lf-first-step-activations.log").read_text(encoding="utf-8").splitlines()
+    small.write_text("\n".join(lines[-200:]) + "\n", encoding="utf-8")
+    base = wall([sys.executable, "-c", "pass"])
+    version = wall(TOOL + ["--version"])
+    diag = wall(TOOL + ["diagnose", str(small)])
+    print(f"\ncold start: {Path(sys.executable).name} -c pass {base * 1000:.0f} ms; oom-doctor --version {version * 1000:.0f} ms "
+          f"({version / base:.1f}x); diagnose a 200-line log {diag * 1000:.0f} ms ({diag / base:.1f}x)")
+
+
+if __name__ == "__main__":
+    main()
