@@ -17,6 +17,8 @@ from .timeline import Context, Marker, Signal, Timeline
 RING = 3000            # the log's last lines, kept for incomplete pastes and late evidence
 PIN_BEFORE = 300       # lines kept before the first signal of the final failure
 PIN_AFTER = 600        # and after it
+RECOVERED = 5          # steps of progress after a failure that show the run got past it (rank 0 can
+                       # still draw a step or two while another rank is dying)
 MAX_MARKERS = 400
 MAX_SIGNALS = 400
 
@@ -43,7 +45,7 @@ _ARCH = re.compile(r"Instantiating (\w+?)(?:ForCausalLM|LMHeadModel|ForCondition
 # bar descriptions of data preparation (datasets, LLaMA-Factory, TRL); any other bar counts as training
 _PREP_WORDS = ("tokeniz", "map", "convert", "filter", "pack", "truncat", "adding eos", "applying", "download",
                "preprocess", "format", "generating", "extract", "shuffl", "flatten", "casting", "saving the dataset",
-               "resolving", "fetching", "computing checksums", "load", "encod")
+               "resolving", "fetching", "computing checksums", "load", "encod", "process", "collat")
 
 _FRAMEWORKS = (("llamafactory", "llamafactory"), ("llmtuner", "llamafactory"), ("LLaMA-Factory", "llamafactory"),
                ("axolotl", "axolotl"), ("unsloth", "unsloth"), ("Unsloth", "unsloth"), ("openrlhf", "openrlhf"),
@@ -125,7 +127,7 @@ class Parser:
     # ---- failure signals -------------------------------------------------------------------
     def _signal(self, line, kind, dialect):
         t = self.t
-        if self.pinned is None or self.progress_since_pin >= 2:
+        if self.pinned is None or self.progress_since_pin >= RECOVERED:
             if self.pinned is not None:
                 t.earlier_failures += 1
                 t.signals = []

@@ -99,3 +99,16 @@ def test_classify(line, kind):
 def test_host_bytes():
     mem = sig.parse_numbers("DefaultCPUAllocator: can't allocate memory: you tried to allocate 268435456 bytes.")
     assert mem["tried_gib"] == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("line,kind", [
+    ("RuntimeError: CUDA driver error: out of memory", sig.DEVICE_OOM),
+    ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`", sig.DEVICE_OOM),
+    ("numpy.core._exceptions._ArrayMemoryError: Unable to allocate 18.6 GiB for an array with shape (5000, 1000000)",
+     sig.HOST_OOM),
+    ("pyarrow.lib.ArrowMemoryError: realloc of size 8589934592 failed", sig.HOST_OOM),
+    ("RuntimeError: unable to mmap 4096 bytes from file </torch_1>: Cannot allocate memory (12)", sig.HOST_OOM),
+    ("[1]+  Killed                  python train.py --config cfg.yaml", sig.HOST_KILL),
+])
+def test_more_memory_dialects(line, kind):
+    assert sig.classify(line)[0] == kind

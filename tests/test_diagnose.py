@@ -1,0 +1,60 @@
+"""Deciding from the final failure: cascades, recovered OOMs, cut pastes, look-alikes."""
+
+from advisor.pipeline import diagnose_text
+
+OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.15 GiB"
+       " of which 1.00 GiB is free. Of the allocated memory 77.00 GiB is allocated by PyTorch, and 100.00 MiB is"
+       " reserved by PyTorch but unallocated.")
+
+
+def bars(start, stop, total=1000):
+    return "".join(f" {100 * i // total}%|#  | {i}/{total} [00:{i % 60:02d}<01:00, 1.00it/s]\n" for i in range(start, stop))
+
+
+def test_oom_beats_the_nccl_cascade_of_other_ranks():
+    log = bars(1, 40) + f"[rank1]: {OOM}\n" + bars(40, 41) + \
+        "[rank0]:[E1130 10:00:00.000 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout\n" \
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+    d = diagnose_text(log, with_plan=False)
+    assert (d.verdict, d.phase, d.memory["tried_gib"]) == ("device_oom", "mid_training", 2.0)
+
+
+def test_an_oom_the_run_recovered_from_is_counted_not_blamed():
+    log = bars(1, 10) + OOM + "\n" + bars(10, 30) + "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    d = diagnose_text(log, with_plan=False)
+    assert d.verdict == "not_oom" and d.rule == "OOM901" and d.earlier_failures == 1
+
+
+def test_numbers_come_from_the_first_oom_of_the_final_failure():
+    second = OOM.replace("2.00 GiB", "512.00 MiB")
+    d = diagnose_text(bars(1, 5) + f"[rank1]: {OOM}\n[rank3]: {second}\n", with_plan=False)
+    assert d.memory["tried_gib"] == 2.0 and d.memory["oom_messages"] == 2
+
+
+def test_kill_without_error_is_host_memory_and_launcher_noise_alone_is_incomplete():
+    killed = "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 7) of binary: x\n"
+    assert diagnose_text(killed, with_plan=False).verdict == "host_oom"
+    cascade = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n  exitcode  : 1 (pid: 7)\n"
+    d = diagnose_text(cascade, with_plan=False)
+    assert d.verdict == "incomplete" and d.rule == "OOM802"
+
+
+def test_a_cut_traceback_still_reports_its_phase():
+    log = ("Traceback (most recent call last):\n"
+           '  File "/env/lib/python3.11/site-packages/transformers/modeling_utils.py", line 3754, in from_pretrained\n'
+           "    ) = cls._load_pretrained_model(\n")
+    d = diagnose_text(log, with_plan=False)
+    assert (d.verdict, d.phase) == ("incomplete", "load")
+
+
+def test_chained_exception_keeps_the_oom_as_the_cause():
+    log = (f"{OOM}\n\nDuring handling of the above exception, another exception occurred:\n\n"
+           "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+           "RuntimeError: No executable batch size found, reached zero.\n")
+    assert diagnose_text(log, with_plan=False).verdict == "device_oom"
+
+
+def test_warning_mentioning_memory_is_not_a_failure():
+    log = "UserWarning: Using a slow image processor; memory usage may be higher.\n" + bars(1, 20) + \
+        "{'train_runtime': 100.0, 'train_loss': 1.0, 'epoch': 1.0}\n"
+    assert diagnose_text(log, with_plan=False).verdict == "no_failure"
