@@ -169,7 +169,8 @@ def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rul
 
     phase = infer_phase(dframes, t.context)
     window_text = "\n".join(ln.text for ln in window)
-    rf = RuleFacts(signal, error_text, window_text, dframes, phase, memory)
+    marker = t.context.last_marker.kind if t.context.last_marker is not None else None
+    rf = RuleFacts(signal, error_text, window_text, dframes, phase, memory, marker)
     rule, hits = match(rf, rules)
     if rule is None:                        # rules/ always holds catch-alls; this guards a broken set
         raise RuntimeError("no rule matched; the rule set lacks its catch-all rules")

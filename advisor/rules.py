@@ -8,6 +8,8 @@ A rule's `when` holds conditions that must all hold (each list: any item may mat
   frames   "PATH_REGEX:FUNC_REGEX" matched against the decisive traceback's frames
   phase    the phase inferred from frames and markers
   checks   named predicates over the allocator's numbers (all must hold; see CHECKS)
+  marker   kind of the last phase marker before the failure (load, load_done, setup, train_start,
+           step, eval_start, eval_done, save, train_done, predict)
 `unless` has the same keys; a rule whose `unless` holds entirely does not match.
 """
 
@@ -47,6 +49,7 @@ class Conditions(BaseModel):
     frames: List[str] = []
     phase: List[str] = []
     checks: List[str] = []
+    marker: List[str] = []
 
     @field_validator("error", "window")
     @classmethod
@@ -233,9 +236,9 @@ def rules_by_id():
 class Facts:
     """What a rule can look at, computed once per diagnosis."""
 
-    def __init__(self, signal, error_text, window_text, frames, phase, memory):
+    def __init__(self, signal, error_text, window_text, frames, phase, memory, marker=None):
         self.signal, self.error_text, self.window_text = signal, error_text, window_text
-        self.frames, self.phase, self.memory = frames, phase, memory
+        self.frames, self.phase, self.memory, self.marker = frames, phase, memory, marker
 
 
 @functools.lru_cache(maxsize=512)
@@ -265,6 +268,8 @@ def _holds(cond, x, hits):
             return False
         hits.extend(found)
     if cond.phase and x.phase not in cond.phase:
+        return False
+    if cond.marker and x.marker not in cond.marker:
         return False
     for check in cond.checks:
         want = not check.startswith("!")
