@@ -1,6 +1,14 @@
 """The memory budget as aligned text lines with a bar per component (text and markdown reports)."""
 
+import unicodedata
+
 from ..i18n import label
+
+
+def pad(text, width):
+    """Left-align for a terminal: CJK characters take two columns."""
+    cols = sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+    return text + " " * max(0, width - cols)
 
 COMPONENTS = ("weights_gib", "gradients_gib", "optimizer_states_gib", "activations_gib", "logits_gib", "overhead_gib")
 
@@ -12,11 +20,11 @@ def budget_lines(b, lang="en", memory=None, width=30):
     for key in COMPONENTS:
         value = b.get(key) or 0
         bar = "█" * max(0, round(width * value / scale)) if value else ""
-        lines.append(f"  {label(key, lang):<28} {value:8.2f} GiB  {bar}")
-    lines.append(f"  {label('total', lang):<28} {b['total_gib']:8.2f} GiB")
+        lines.append(f"  {pad(label(key, lang), 28)} {value:8.2f} GiB  {bar}")
+    lines.append(f"  {pad(label('total', lang), 28)} {b['total_gib']:8.2f} GiB")
     if b.get("capacity_gib"):
         verdict = label("fits", lang) if b.get("fits") else label("not_fit", lang)
-        lines.append(f"  {label('capacity_gib', lang):<28} {b['capacity_gib']:8.2f} GiB   "
+        lines.append(f"  {pad(label('capacity_gib', lang), 28)} {b['capacity_gib']:8.2f} GiB   "
                      f"{label('usable_gib', lang)} {b['usable_gib']:.2f} GiB, {label('headroom', lang)} "
                      f"{b['headroom_pct']:.0f} % → {verdict}")
     return lines

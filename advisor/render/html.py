@@ -6,6 +6,7 @@ same x on every bar. The SVGs stretch to the page width (preserveAspectRatio="no
 text: labels are HTML, so they wrap on a phone and translate with `--lang`.
 """
 
+import functools
 import os
 
 from ..budget import MARGIN, RESERVE_GIB, estimate
@@ -16,11 +17,12 @@ COMPONENTS = ("weights", "gradients", "optimizer_states", "activations", "logits
 ALLOC_PARTS = ("allocated", "reserved", "others", "context")
 TL_LOAD = (0.0, 150.0)                         # timeline zones in user units: loading, then training
 TL_TRAIN = (170.0, 1000.0)
-_END_MARKERS = {"oom_error", "error", "killed", "host_oom", "signal", "kill"}
+_END_MARKERS = {"oom_error", "error", "killed", "host_oom"}       # evidence markers of the failure itself
 
 WORDS = {
     "en": {
-        "report": "oom-doctor report", "budget_report": "oom-doctor memory budget", "triage_report": "oom-doctor triage",
+        "report": "oom-doctor report", "budget_report": "oom-doctor memory budget",
+        "triage_report": "oom-doctor triage",
         "picture": "Memory picture", "row_estimate": "Estimated peak of this run",
         "row_alloc": "What the allocator saw at the failure", "row_after": "After the plan",
         "row_planned": "This run as planned", "capacity": "card capacity",
@@ -30,7 +32,8 @@ WORDS = {
         "needs_model": "The per-component estimate needs the model: run again with --model NAME or --params 7B.",
         "no_picture": "This log has no GPU memory numbers to draw.",
         "after_note": "Estimate with the plan's first moves applied: {moves}.",
-        "after_unknown": "The plan changes nothing the estimate can measure.",
+        "after_unknown": "The plan's first moves change nothing this estimate measures (allocator settings, other "
+                         "processes, evaluation or saving), so there is no bar for after the plan.",
         "timeline": "Run timeline", "loading": "loading the model", "training": "training",
         "steps": "steps", "failed_at": "failed", "cut_at": "log ends", "ended_at": "last seen",
         "step_of": "step {step} of {total}", "step_only": "step {step} (total unknown)",
@@ -39,6 +42,7 @@ WORDS = {
         "ev_setup": "engine/optimizer setup", "ev_train_start": "training started", "ev_step": "last progress",
         "ev_eval_start": "evaluation", "ev_eval_done": "evaluation done", "ev_save": "checkpoint save",
         "ev_train_done": "training finished", "ev_predict": "prediction", "ev_end": "failure",
+        "ev_cascade": "the launcher reports a failure",
         "num": "#", "action": "action", "change": "change", "fits_after": "then", "applies": "applicability",
         "alternative": "alternative", "explanation": "Why", "notes": "Notes", "source": "log",
         "total": "total", "what_if": "What if", "saves_gib": "saves {gib}", "adds_gib": "adds {gib}",
@@ -65,7 +69,7 @@ WORDS = {
         "context": "CUDA 上下文等非 PyTorch 占用", "context_or_others": "非 PyTorch 占用（CUDA 上下文、其他进程）",
         "needs_model": "按组件估算需要知道模型：请加上 --model 名称 或 --params 7B 重新运行。",
         "no_picture": "这份日志里没有可以画出的显存数据。",
-        "after_note": "应用建议中的前几步之后的估算：{moves}。", "after_unknown": "这些建议不改变估算所能衡量的部分。",
+        "after_note": "应用建议中的前几步之后的估算：{moves}。", "after_unknown": "建议的前几步不改变这里估算的部分（分配器设置、其他进程、评估或保存），所以没有“修改后”的条。",
         "timeline": "运行时间线", "loading": "加载模型", "training": "训练", "steps": "步",
         "failed_at": "失败", "cut_at": "日志截止", "ended_at": "最后记录",
         "step_of": "第 {step} 步 / 共 {total} 步", "step_only": "第 {step} 步（总步数未知）",
@@ -73,7 +77,7 @@ WORDS = {
         "line_no": "第 {n} 行", "ev_load": "开始加载模型", "ev_load_done": "模型加载完成",
         "ev_setup": "引擎/优化器初始化", "ev_train_start": "开始训练", "ev_step": "最后的进度",
         "ev_eval_start": "评估", "ev_eval_done": "评估完成", "ev_save": "保存 checkpoint",
-        "ev_train_done": "训练结束", "ev_predict": "预测", "ev_end": "失败",
+        "ev_train_done": "训练结束", "ev_predict": "预测", "ev_end": "失败", "ev_cascade": "启动器报告失败",
         "num": "#", "action": "操作", "change": "修改", "fits_after": "结果", "applies": "适用性",
         "alternative": "备选", "explanation": "原因", "notes": "提示", "source": "日志",
         "total": "合计", "what_if": "如果这样改", "saves_gib": "节省 {gib}", "adds_gib": "增加 {gib}",
@@ -249,7 +253,7 @@ def timeline(d, lang):
 def _events(d, lang):
     out = []
     for e in sorted(d.evidence, key=lambda e: e.line):
-        if e.marker == "frame":
+        if e.marker in ("frame", "oom_numbers"):
             continue
         key = "ev_end" if e.marker in _END_MARKERS else f"ev_{e.marker}"
         name = word(key, lang) if key in WORDS["en"] else e.marker
@@ -258,6 +262,7 @@ def _events(d, lang):
 
 
 # ---- pages ---------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=1)
 def _env():
     from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
     here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "templates")
@@ -305,8 +310,10 @@ def render_html(d, lang="en"):
             after, applied = after_plan(d, spec)
             if applied:
                 moves = ", ".join(applied)
-                rows.append(budget_row(word("row_after", lang), after.to_json_dict(), lang, after=True,
+                rows.append(budget_row(word("row_after", lang), after.to_json_dict(), lang,
                                        note=word("after_note", lang, moves=moves)))
+            else:
+                note = word("after_unknown", lang)
     elif rows:
         note = word("needs_model", lang)
     if rows:
@@ -349,7 +356,7 @@ def what_ifs(spec, lang):
 
 def render_budget_html(budget, spec, lang="en"):
     b = budget.to_json_dict() if hasattr(budget, "to_json_dict") else dict(budget)
-    rows = [budget_row(word("row_planned", lang), b, lang, main=True)]
+    rows = [budget_row(word("row_planned", lang), b, lang)]
     for name, variant in what_ifs(spec, lang):
         v = estimate(variant).to_json_dict()
         delta = round(b["total_gib"] - v["total_gib"], 2)
@@ -363,7 +370,8 @@ def render_budget_html(budget, spec, lang="en"):
 # ---- triage ----------------------------------------------------------------------------------------
 def hbars(counts, lang):
     top = max(counts.values(), default=0) or 1
-    return [{"key": k, "text": word("none_key", lang) if k == "none" else label(k, lang), "n": n, "w": round(100 * n / top, 2)} for k, n in counts.items()]
+    return [{"key": k, "text": word("none_key", lang) if k == "none" else label(k, lang), "n": n,
+             "w": round(100 * n / top, 2)} for k, n in counts.items()]
 
 
 def render_triage_html(report, lang="en"):
@@ -389,8 +397,12 @@ def temp_report_path():
 
 def open_in_browser(path):
     """Open `path` in the default browser when one exists; never raises. True when a browser took it."""
+    import sys
     import webbrowser
     from pathlib import Path
+    if sys.platform.startswith("linux") and not any(os.environ.get(k) for k in ("DISPLAY", "WAYLAND_DISPLAY",
+                                                                                  "BROWSER")):
+        return False                  # only console browsers (lynx, w3m) could answer: they cannot show the page
     try:
         return bool(webbrowser.get().open(Path(path).resolve().as_uri()))
     except Exception:

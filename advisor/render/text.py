@@ -36,7 +36,8 @@ def render_text(d, lang="en", color=False):
     rows = memory_rows(d.memory, lang)
     if rows:
         out += ["", _c(L("numbers"), "bold", color)]
-        out += [f"  {k:<28} {v}" for k, v in rows]
+        from .budget_text import pad
+        out += [f"  {pad(k, 28)} {v}" for k, v in rows]
     if d.budget:
         from .budget_text import budget_lines
         out += ["", _c(L("budget"), "bold", color)] + budget_lines(d.budget, lang, d.memory)
