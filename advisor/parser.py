@@ -196,7 +196,7 @@ class Parser:
         if m is None or m.kind != "step":
             self._mark("step", line)
         else:
-            m.line, m.step = line.no, self.step
+            m.line, m.step, m.text = line.no, self.step, line.text[:300]
 
     def _enter_eval(self, line):
         if not self.in_eval:

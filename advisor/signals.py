@@ -51,7 +51,7 @@ _PATTERNS = [
 _COMPILED = [(k, d, re.compile(p)) for k, d, p in _PATTERNS]
 
 # Cheap substring prefilter: a line holding none of these cannot be a signal.
-_KEYS = ("rror", "memory", "xception", "xit", "ill", "SIG", "ignal", "ALLOC", "NCCL", "ssert", "ault",
+_KEYS = ("rror", "memory", "xception", "xit", "ill", "SIG", "ignal", "ALLOC", "NCCL", "ssert", "Segmentation", "core dumped",
          "terminate", "what()", "death", "Bus", "ubprocess", "Root Cause", "Interrupt", "OOM", "oom", "EL0004",
          "Resources", "STATUS", "low on", "failed")
 

@@ -23,15 +23,16 @@ def parse_frame(text):
 
 def frames_of(lines):
     """All Python frames in `lines`, each with the source line that followed it."""
+    hits = [parse_frame(ln.text) if ("File" in ln.text or "line" in ln.text or "│" in ln.text) else None
+            for ln in lines]
     frames = []
-    for i, ln in enumerate(lines):
-        hit = parse_frame(ln.text)
+    for i, (ln, hit) in enumerate(zip(lines, hits)):
         if not hit:
             continue
         source = ""
-        if i + 1 < len(lines):
+        if i + 1 < len(lines) and not hits[i + 1]:
             nxt = lines[i + 1].text.strip()
-            if nxt and not parse_frame(nxt) and not _CPP.match(nxt) and not set(nxt) <= set("^~ "):
+            if nxt and not _CPP.match(nxt) and not set(nxt) <= set("^~ "):
                 source = nxt[:300]
         frames.append(Frame(path=hit[0], func=hit[1], line=ln.no, source=source, rank=ln.rank))
     return frames
