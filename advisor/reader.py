@@ -211,7 +211,7 @@ _NEW_RECORD = re.compile(
     r"\s*(?:Traceback \(most recent call last\)|During handling of the above|The above exception|Fil+e \"|\d{1,3}%\|)"
     r"|(?:\w+\.)*[A-Z]\w*(?:Error|Exception|Warning|Interrupt|Exit)(?::|$)"
     r"|\[?\d{4}[-/]\d\d[-/]\d\d[ T]\d\d:\d\d|\d\d/\d\d/\d{4} \d\d:\d\d|[IWEF]\d{4} \d\d:\d\d:\d\d"
-    r"|\[?(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)\b[\]:| ]|\[(?:rank|default)?\d+\]:")
+    r"|\[?(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)\b[\]:| ]|\[(?:rank|default)?\d+\]:|\{'\w+': ")
 
 _SEAM_PATTERNS = []
 
@@ -258,38 +258,56 @@ def confirmed_wrap_width(raws):
     return None
 
 
+def plausible_wrap(raws, width):
+    """Full-width lines of a wrapped log go on in a continuation; a log whose longest lines are many
+    records of one length (identical loss dicts, table rows, rank-prefixed lines) is not wrapped."""
+    texts = [strip_ansi(r.rstrip("\r")) for r in raws]
+    wrap = natural = 0
+    for a, b in zip(texts, texts[1:]):
+        if len(a) == width:
+            if not b or _NEW_RECORD.match(b) or b[:8] == a[:8]:
+                natural += 1
+            else:
+                wrap += 1
+    return wrap > natural
+
+
 def logical_lines(stream, start_no=1):
     """Yield normalised Line objects from a binary stream."""
     pending = []          # first lines, held back until the wrap width is known
     width = None
     decided = False
-    carry = None          # (no, text, rank) of a line that may continue on the next one
+    carry = None          # [no, pieces, rank, length] of a line that may continue on the next one
+
+    def flush():
+        nonlocal carry
+        line, carry = Line(carry[0], "".join(carry[1]), carry[2]), None
+        return line
 
     def emit(no, raw):
         nonlocal carry
         for seg in resolve_redraws(raw):
             seg = strip_ansi(seg)               # a terminal wraps what it shows, not escape codes
             wrapped = width is not None and len(seg) == width
-            if carry is not None and _NEW_RECORD.match(seg):
-                yield Line(*carry)
-                carry = None
+            if carry is not None and (carry[3] > MAX_LINE_HEAD + MAX_LINE_TAIL or _NEW_RECORD.match(seg)):
+                yield flush()                   # bounded like a physical line: never a quadratic join
             if carry is not None:
-                cno, ctext, crank = carry
-                carry = None
-                text = seg                      # a continuation has no prefixes of its own
-                if wrapped:
-                    carry = (cno, ctext + text, crank)
-                    continue
-                yield Line(cno, ctext + text, crank)
+                carry[1].append(seg)            # a continuation has no prefixes of its own
+                carry[3] += len(seg)
+                if not wrapped:
+                    yield flush()
                 continue
             text, rank = strip_wrappers(seg)
             if wrapped:
-                carry = (no, text, rank)
+                carry = [no, [text], rank, len(text)]
                 continue
             yield Line(no, text, rank)
 
     def decide(raws):
-        return detect_wrap_width([len(strip_ansi(r.rstrip("\r"))) for r in raws]) or confirmed_wrap_width(raws)
+        width = detect_wrap_width([len(strip_ansi(r.rstrip("\r"))) for r in raws])
+        if width and plausible_wrap(raws, width):
+            return width
+        return confirmed_wrap_width(raws)
 
     for no, raw in enumerate(physical_lines(stream), start_no):
         if not decided:
@@ -308,7 +326,7 @@ def logical_lines(stream, start_no=1):
         for pno, praw in pending:
             yield from emit(pno, praw)
     if carry is not None:
-        yield Line(carry[0], carry[1], carry[2])
+        yield flush()
 
 
 def read_text(text):

@@ -1,24 +1,27 @@
 """Triage: many diagnoses -> groups of the same failure, with counts, a representative and a reply.
 
 A pure library over JSON-able diagnosis dicts (`Diagnosis.to_json_dict()`, or a slim subset with
-`source`, `verdict`, `rule`, `phase`, `component`, `evidence`, `memory`, `facts`, `plan`): no I/O,
-no global state, deterministic. Reading files and running diagnoses in parallel is the CLI's job
-(`triage_cli.py`); this part can be mapped over a distributed engine as it is — diagnose per file
-anywhere, collect the dicts, call `group()` once per (verdict, rule, phase, component) key.
+`source`, `verdict`, `rule`, `phase`, `component`, `accelerator`, `evidence`, `memory`, `facts`,
+`plan`; optional `mtime` orders first/last, optional `signature` saves recomputing it): no I/O, no
+global state, deterministic whatever the input order. Reading files and diagnosing them in parallel
+is the CLI's job (`triage_cli.py`); this part maps onto a distributed engine as it is: diagnose and
+`signature()` per file anywhere, shuffle by `key_of()`, run `group()` on each key's dicts.
 
 Grouping follows the error trackers (STYLE.md, last section): exactly on the rule's verdict, id,
-phase and component (and the accelerator, see key_of) first, then fuzzily inside each key on a normalised signature — the error
-phrase and the top frames, with every number a run makes up (sizes, PIDs, ranks, timestamps,
-paths, device ordinals, line numbers) removed. rapidfuzz's token_sort_ratio compares them;
-token_set_ratio is deliberately not used: it scores 100 whenever one signature's words are a subset
-of another's, so a bare "CUDA out of memory" would swallow every richer signature.
+phase and component (and the accelerator, see key_of) first, then fuzzily inside each key on a
+normalised signature — the error phrase and the top frames, with every number a run makes up
+(sizes, PIDs, ranks, timestamps, paths, device ordinals, line numbers) removed. rapidfuzz's
+token_sort_ratio compares them; token_set_ratio is deliberately not used: it scores 100 whenever
+one signature's words are a subset of another's, so a bare "CUDA out of memory" would swallow every
+richer signature. A group's id is a SHA-1 of its key and leading signature: the same failure gets
+the same id in tomorrow's run.
 """
 
 import hashlib
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Optional
 from statistics import median
+from typing import Optional
 
 SIMILARITY = 90          # token_sort_ratio at or above which two signatures are one failure
 MAX_FRAMES = 3           # innermost frames kept: the ones that name what asked for memory

@@ -243,7 +243,7 @@ def render_report(report, fmt="table"):
 
 @click.command("triage")
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "markdown"]), default="table")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "markdown", "html"]), default="table")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
               help="Parallel processes (default: the CPU count).")
 @click.option("--lang", type=click.Choice(["en", "zh"]), default=None,
@@ -256,7 +256,11 @@ def triage(paths, fmt, jobs, lang, output):
     report = run_triage(paths, lang or default_lang(), jobs, tty)
     if report is None:
         fail("no log files matched: " + " ".join(paths))
-    _emit(render_report(report, fmt), output)
+    if fmt == "html":
+        from .render.html import render_triage_html
+        _emit(render_triage_html(report, lang or default_lang()), output)
+    else:
+        _emit(render_report(report, fmt), output)
     if report["summary"]["ooms"]:
         sys.exit(EXIT_OOM)
     sys.exit(EXIT_OK if report["summary"]["diagnosed"] else EXIT_USAGE)    # nothing readable: an input error

@@ -388,18 +388,23 @@ def run_case(i, seed, corpus, baselines, timeout):
     return "ok", label, "", dt, invariant
 
 
-def _baselines(corpus):
-    return [verdict_of(raw) for _, raw, _ in corpus]
+def baselines_of(corpus):
+    """The unmutated logs' outcomes; an original that crashes is reported as such, not compared."""
+    out = []
+    for _, raw, _ in corpus:
+        try:
+            out.append(verdict_of(raw))
+        except Exception as e:
+            out.append(f"crash: {type(e).__name__}: {e}")
+    return out
 
 
-def _worker(conn, seed, timeout, mem_limit):
+def _worker(conn, seed, timeout, mem_limit, corpus, baselines):
     signal.signal(signal.SIGALRM, _alarm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if mem_limit:
         import resource
         resource.setrlimit(resource.RLIMIT_AS, (mem_limit, mem_limit))
-    corpus = load_corpus()
-    baselines = _baselines(corpus)
     conn.send(("ready", None))
     while True:
         batch = conn.recv()
@@ -412,9 +417,10 @@ def _worker(conn, seed, timeout, mem_limit):
 class Pool:
     """Workers fed batches of case numbers; a worker silent past the hard limit is killed and replaced."""
 
-    def __init__(self, jobs, seed, timeout, mem_limit):
-        self.args = (seed, timeout, mem_limit)
+    def __init__(self, jobs, seed, timeout, mem_limit, corpus, baselines):
+        self.args = (seed, timeout, mem_limit, corpus, baselines)
         self.hard = 3 * timeout + 10
+        self.deaths = 0
         self.ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
         self.workers = [self._spawn() for _ in range(jobs)]
 
@@ -442,21 +448,26 @@ class Pool:
                     try:
                         kind, payload = w["conn"].recv()
                     except (EOFError, OSError):
-                        self._replace(w, on_result, "the worker died")
+                        self._replace(w, on_result, "crash", f"the worker died (exit code {w['proc'].exitcode})")
                         continue
                     w["last"] = time.monotonic()
                     if kind == "ready":
                         w["ready"] = True
                     else:                       # a batch is done when its last case is answered
+                        self.deaths = 0
                         w["batch"].remove(payload[0])
                         on_result(payload)
                 elif w["batch"] and time.monotonic() - w["last"] > self.hard:
-                    self._replace(w, on_result, f"silent for over {self.hard:.0f} s, killed")
+                    self._replace(w, on_result, "hung", f"silent for over {self.hard:.0f} s, killed")
 
-    def _replace(self, w, on_result, why):
+    def _replace(self, w, on_result, status, why):
+        self.deaths += 1
+        if self.deaths > 20:
+            raise RuntimeError(f"fuzz: workers keep dying ({why}); see the messages above")
         batch = w["batch"]
+        w["proc"].join(timeout=1)
         if batch:       # the first unanswered case is the one that hung or killed the worker
-            on_result((batch[0], "hung", "?", why, self.hard, False))
+            on_result((batch[0], status, "?", why, self.hard if status == "hung" else 0.0, False))
         w["proc"].kill()
         w["proc"].join()
         self.workers[self.workers.index(w)] = self._spawn()
@@ -480,7 +491,7 @@ def fuzz(n=100_000, seconds=None, jobs=2, seed=0, timeout=5.0, mem_limit=4 << 30
         raise SystemExit("fuzz: no logs found in log_samples/ or ../shared/real_logs")
     counts = {s: 0 for s in ("ok", "input_error", "crash", "hung", "changed", "changed_damaged")}
     invariant_cases = 0
-    examples = {"crash": [], "hung": [], "changed": []}
+    examples = {"crash": [], "hung": [], "changed": [], "original": []}
     by_mutation = {}
     slowest = (0.0, None)
     t0 = time.monotonic()
@@ -491,7 +502,7 @@ def fuzz(n=100_000, seconds=None, jobs=2, seed=0, timeout=5.0, mem_limit=4 << 30
         i, status, label, detail, dt, invariant = res
         counts[status] += 1
         done[0] += 1
-        kind = label.split(":", 1)[1].split("(")[0] if ":" in label else label
+        kind = re.sub(r"\([^)]*\)", "", label.split(":", 1)[-1])
         invariant_cases += invariant
         stat = by_mutation.setdefault(kind, [0, 0])
         stat[0] += 1
@@ -504,7 +515,11 @@ def fuzz(n=100_000, seconds=None, jobs=2, seed=0, timeout=5.0, mem_limit=4 << 30
             el = time.monotonic() - t0
             print(f"  {done[0]} cases, {el:.0f} s, {done[0] / el:.0f}/s", file=sys.stderr, flush=True)
 
-    pool = Pool(jobs, seed, timeout, mem_limit)
+    baselines = baselines_of(corpus)
+    for (name, _, _), base in zip(corpus, baselines):
+        if isinstance(base, str):                   # an original log refused or crashing
+            examples["original"].append(f"{name}: {base}")
+    pool = Pool(jobs, seed, timeout, mem_limit, corpus, baselines)
     deadline = t0 + seconds if seconds else None
     try:
         pool.run(range(n), on_result, deadline)
@@ -516,7 +531,7 @@ def fuzz(n=100_000, seconds=None, jobs=2, seed=0, timeout=5.0, mem_limit=4 << 30
         "invariant_cases": invariant_cases, "input_errors": counts["input_error"],
         "changed_damaged": counts["changed_damaged"], "seconds": round(elapsed, 1),
         "per_second": round(done[0] / elapsed, 1) if elapsed else None, "jobs": jobs, "seed": seed,
-        "logs": len(corpus), "slowest_s": round(slowest[0], 3), "slowest_case": slowest[1],
+        "logs": len(corpus), "originals_failing": len(examples["original"]), "slowest_s": round(slowest[0], 3), "slowest_case": slowest[1],
         "examples": examples,
         "failing_mutations": {k: v[1] for k, v in sorted(by_mutation.items()) if v[1]},
     }
@@ -570,14 +585,16 @@ def main(argv=None):
     print(f"  refused as input errors:     {r['input_errors']}   (exit 2, fine)")
     print(f"  changed by damage:           {r['changed_damaged']}   (allowed: truncation, drops, junk...)")
     print(f"  slowest case:                {r['slowest_s']} s ({r['slowest_case']})")
-    for kind in ("crash", "hung", "changed"):
+    if r["originals_failing"]:
+        print(f"  original logs refused or crashing: {r['originals_failing']}")
+    for kind in ("original", "crash", "hung", "changed"):
         for ex in r["examples"][kind]:
             print(f"  {kind}: {ex}")
     if r["failing_mutations"]:
         print(f"  failing mutations: {r['failing_mutations']}")
     if a.json:
         print(json.dumps(r))
-    return int(bool(r["crashed"] or r["hung"] or r["changed"]))
+    return int(bool(r["crashed"] or r["hung"] or r["changed"] or r["originals_failing"]))
 
 
 if __name__ == "__main__":

@@ -113,3 +113,12 @@ def test_version_is_fast_to_import():
     assert "pydantic" not in subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "advisor.cli", "--version"], capture_output=True, cwd=ROOT
     ).stderr.decode()
+
+
+def test_readme_setup_commands_are_what_ci_runs():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").split("```bash\n", 1)[1].split("```", 1)[0]
+    first, second = readme.strip().splitlines()
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert first.replace("pip install .", "pip install -q .") in ci
+    assert second.replace("pip install '.[test]'", "pip install -q '.[test]'") in ci
+    assert "oom-doctor diagnose log_samples/" in first and (ROOT / first.split("diagnose ")[1].split()[0]).exists()

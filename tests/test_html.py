@@ -195,8 +195,9 @@ def test_sample_page_structure(slug, lang):
     rows = [n for n in root.iter() if "data-action" in n.attrs]
     assert [r.attrs["data-action"] for r in rows] == [s["action"] for s in d.plan or []]
     patch = (d.patch or "").splitlines()
-    assert len(root.find_all("span", cls="d-add")) == sum(ln.startswith("+") and not ln.startswith("+++") for ln in patch)
-    assert len(root.find_all("span", cls="d-del")) == sum(ln.startswith("-") and not ln.startswith("---") for ln in patch)
+    for cls, sign in (("d-add", "+"), ("d-del", "-")):
+        assert len(root.find_all("span", cls=cls)) == sum(ln.startswith(sign) and not ln.startswith(sign * 3)
+                                                          for ln in patch)
     ev = root.find("ol", cls="evidence")
     assert sorted(int(li.attrs["data-line"]) for li in ev.find_all("li")) == sorted(e.line for e in d.evidence)
     if lang == "zh":
@@ -252,7 +253,8 @@ def test_budget_page(kw, lang):
     for svg, s in zip(svgs, [spec] + [v for _, v in variants]):
         check_segments(svg, [(k, getattr(estimate(s), f"{k}_gib")) for k in COMPONENTS], scale)
         if b.capacity_gib:
-            assert f(svg.find("line", cls="margin"), "x1") == pytest.approx(BAR_W * 0.8 * b.usable_gib / scale, abs=0.05)
+            margin = f(svg.find("line", cls="margin"), "x1")
+            assert margin == pytest.approx(BAR_W * 0.8 * b.usable_gib / scale, abs=0.05)
         else:
             assert svg.find("line", cls="margin") is None
     names = {n for n, _ in variants}
@@ -336,7 +338,8 @@ for(var i=0;i<all.length;i++){var e=all[i];if(e instanceof SVGElement)continue;v
 if(cs.display==='inline'||cs.display==='none'||cs.overflowX==='auto'||cs.overflowX==='scroll')continue;
 if(e.scrollWidth>e.clientWidth+1)bad.push(e.tagName+'.'+e.className+'['+e.scrollWidth+'>'+e.clientWidth+']');}
 if(document.documentElement.scrollWidth>window.innerWidth+1)bad.push('page['+document.documentElement.scrollWidth+']');
-var r=parent.document.getElementById('result');r.textContent+=window.name+'='+innerWidth+':'+bad.length+':'+bad.slice(0,4).join(',')+'\\n';
+var r=parent.document.getElementById('result');
+r.textContent+=window.name+'='+innerWidth+':'+bad.length+':'+bad.slice(0,4).join(',')+'\\n';
 })();</script>"""
 
 

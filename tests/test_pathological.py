@@ -32,18 +32,27 @@ finally:
 """
 
 
-def run_measured(args, tmp_path, stdin=None, timeout=300):
-    """(exit code, parsed JSON or None, stderr, seconds, peak RSS in MiB) of one CLI run."""
+def run_measured(args, tmp_path, stdin=None, timeout=300, on_start=None):
+    """(exit code, parsed JSON or None, stderr, seconds, peak RSS in MiB) of one CLI run;
+    on_start(process) is called once it runs."""
     peak = tmp_path / "peak_rss"
     env = dict(os.environ, PEAK_RSS_FILE=str(peak))
     env.pop("OOM_DOCTOR_DEBUG", None)
     t0 = time.monotonic()
-    p = subprocess.run([sys.executable, "-c", _MEASURED, "diagnose", *args, "--format", "json"], stdin=stdin,
-                       capture_output=True, cwd=ROOT, env=env, timeout=timeout)
+    p = subprocess.Popen([sys.executable, "-c", _MEASURED, "diagnose", *args, "--format", "json"], stdin=stdin,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=env)
+    try:
+        if on_start:
+            on_start(p)
+        out, err = p.communicate(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
     seconds = time.monotonic() - t0
-    err = p.stderr.decode("utf-8", "replace")
+    err = err.decode("utf-8", "replace")
     assert "Traceback" not in err, err
-    report = json.loads(p.stdout) if p.returncode in (0, 1) else None
+    report = json.loads(out) if p.returncode in (0, 1) else None
     return p.returncode, report, err, seconds, int(peak.read_text()) / 1024
 
 
@@ -124,14 +133,27 @@ def test_a_200_mb_single_line_file(tmp_path):
     assert rss < base + 64, f"peak RSS {rss:.0f} MiB for a 200 MiB line (baseline {base:.0f} MiB)"
 
 
+def _wait_until_open(proc, path, limit=60):
+    """Wait until `proc` holds `path` open (Linux /proc); elsewhere, return at once."""
+    fds = f"/proc/{proc.pid}/fd"
+    end = time.monotonic() + limit
+    while os.path.isdir("/proc/self/fd") and time.monotonic() < end and proc.poll() is None:
+        try:
+            if any(os.readlink(os.path.join(fds, fd)) == str(path) for fd in os.listdir(fds)):
+                return
+        except OSError:
+            pass
+        time.sleep(0.002)
+
+
 def test_a_file_that_grows_while_read(tmp_path):
-    """A run still writing its log (other ranks report as they go down): reading ends where the file
-    stood when it was opened, so the answer comes while the writer is still busy."""
+    """A run still writing its log (other ranks report as they go down), faster than any parser:
+    reading ends where the file stood when it was opened, so the answer comes while it still grows."""
     log = tmp_path / "running.log"
     step = b"{'loss': 1.0, 'grad_norm': 0.5, 'learning_rate': 1e-05, 'epoch': 0.1}\n"
     log.write_bytes(b"***** Running training *****\n" + step * 20000 + OOM)
-    cascade = b"W0415 15:31:43.643000 92318 api.py:1010] Sending process 92385 closing signal SIGTERM\n" * 1000
-    cap = 256 << 20                         # ~25 s of writing at ~10 MB/s; a bug cannot fill the disk
+    cascade = b"W0415 15:31:43.643000 92318 api.py:1010] Sending process 92385 closing signal SIGTERM\n" * 4000
+    cap = 512 << 20                         # seconds of writing; a bug cannot fill the disk
     stop, written = threading.Event(), [0]
 
     def writer():
@@ -140,16 +162,20 @@ def test_a_file_that_grows_while_read(tmp_path):
                 fh.write(cascade)
                 fh.flush()
                 written[0] += len(cascade)
-                time.sleep(0.01)
 
     th = threading.Thread(target=writer, daemon=True)
-    th.start()
+
+    def start_writing(proc):
+        _wait_until_open(proc, log)
+        th.start()
+
     try:
-        rc, report, err, seconds, _ = run_measured([str(log)], tmp_path, timeout=120)
+        rc, report, err, seconds, _ = run_measured([str(log)], tmp_path, timeout=120, on_start=start_writing)
         still_writing = th.is_alive()
     finally:
         stop.set()
-        th.join()
+        if th.is_alive():
+            th.join()
     assert rc == 1, err
     assert report["verdict"] == "device_oom"
-    assert still_writing, f"the diagnosis waited for the writer to stop ({seconds:.1f} s)"
+    assert still_writing, f"the diagnosis read on until the writer stopped ({seconds:.1f} s, {written[0] >> 20} MiB)"
