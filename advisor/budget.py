@@ -9,11 +9,11 @@ the fp32 upcast. Constants marked CALIBRATED were fitted on the measured rows of
 shared/memory_groundtruth.csv (benchmarks/budget_calibration.py prints the table).
 """
 
+from dataclasses import dataclass, field
 from typing import List, Optional
 
-from pydantic import BaseModel, Field
-
 from .catalog import ModelShape
+from .record import Record
 
 GiB = 2 ** 30
 MARGIN = 0.20                 # the course's 20 % headroom
@@ -34,7 +34,8 @@ _ALIASES = {"c_attn": ("q_proj", "k_proj", "v_proj"), "w_pack": ("q_proj", "k_pr
             "dense_4h_to_h": ("down_proj",), "out_proj": ("o_proj",), "fc1": ("up_proj",), "fc2": ("down_proj",)}
 
 
-class Spec(BaseModel):
+@dataclass
+class Spec(Record):
     """One planned or observed run; every field has the value the estimate used."""
     model: ModelShape
     method: str = "lora"                  # full | lora | qlora | freeze
@@ -56,8 +57,9 @@ class Spec(BaseModel):
     liger: bool = False
 
 
-class Budget(BaseModel):
-    schema_: str = Field("oom-doctor/budget/v1", alias="schema")
+@dataclass
+class Budget(Record):
+    """DESIGN §3's `budget --format json` contract (GiB, peak per GPU)."""
     model: str
     params_b: float
     trainable_params: int
@@ -72,12 +74,10 @@ class Budget(BaseModel):
     usable_gib: Optional[float]
     fits: Optional[bool]
     headroom_pct: Optional[float]
-    assumptions: List[str] = []
-
-    model_config = {"populate_by_name": True}
+    assumptions: List[str] = field(default_factory=list)
 
     def to_json_dict(self):
-        return self.model_dump(by_alias=True)
+        return {"schema": "oom-doctor/budget/v1", **self.model_dump()}
 
 
 def linear_shapes(m: ModelShape):

@@ -5,11 +5,11 @@ import functools
 import json
 import re
 from pathlib import Path
+from dataclasses import dataclass, field
 from typing import List, Optional
 
-from pydantic import BaseModel
-
 from .reader import InputError
+from .record import Record
 from .units import parse_count
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -17,9 +17,10 @@ _SUFFIXES = ("instruct", "chat", "hf", "base", "it", "gptq", "awq", "int4", "int
              "bf16", "sft", "dpo", "rlhf", "v0-1", "v0-2", "v0-3", "v1", "v2", "2507", "merged", "gguf", "nf4", "lora")
 
 
-class ModelShape(BaseModel):
+@dataclass
+class ModelShape(Record):
+    """A decoder's shape, as its config.json gives it."""
     name: str
-    family: str = "generic"
     params_b: float
     layers: int
     hidden: int
@@ -27,22 +28,25 @@ class ModelShape(BaseModel):
     heads: int
     kv_heads: int
     vocab: int
+    family: str = "generic"
     tied_embeddings: bool = False
     head_dim: Optional[int] = None
     experts: Optional[int] = None
     experts_per_token: Optional[int] = None
     moe_intermediate: Optional[int] = None
-    aliases: List[str] = []
+    aliases: List[str] = field(default_factory=list)
 
     @property
     def dim(self):
         return self.head_dim or self.hidden // self.heads
 
 
-class Gpu(BaseModel):
+@dataclass
+class Gpu(Record):
+    """An accelerator: the capacity its allocator reports and whether it computes in bf16."""
     name: str
-    aliases: List[str] = []
     capacity_gib: float
+    aliases: List[str] = field(default_factory=list)
     marketed_gb: Optional[float] = None
     bf16: Optional[bool] = None
     vendor: str = "nvidia"

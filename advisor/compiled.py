@@ -33,9 +33,22 @@ def build():
     from ruamel.yaml import YAML
     yaml = YAML(typ="safe")
     load = lambda p: yaml.load(p.read_text(encoding="utf-8"))  # noqa: E731
-    return {"fingerprint": fingerprint(),
+    data = {"fingerprint": fingerprint(),
             "rules": {p.name: load(p) for p in sorted(RULES.glob("OOM*.yaml"))},
             "models": load(DATA / "models.yaml"), "gpus": load(DATA / "gpus.yaml")}
+    validate(data)
+    return data
+
+
+def validate(data):
+    """Everything the snapshot holds is checked here, once, so run time can trust it."""
+    from .catalog import Gpu, ModelShape
+    from .rules import RULES_DIR, load_rules
+    load_rules.__wrapped__(RULES_DIR)              # the pydantic schema, file by file
+    for entry in data["models"]:
+        ModelShape(**entry)
+    for entry in data["gpus"]:
+        Gpu(**entry)
 
 
 @functools.lru_cache(maxsize=None)

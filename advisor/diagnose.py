@@ -5,12 +5,12 @@ real progress (an explicit OOM beats a kill, a kill beats another error, any of 
 launcher's cascade). Earlier failures the run recovered from are only counted.
 """
 
+from dataclasses import dataclass, field
 from typing import List, Optional
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from . import signals as sig
 from .phase import infer_phase
+from .record import Record
 from .rules import Facts as RuleFacts, match
 from .timeline import Facts, Timeline
 from .traceback import decisive_frames, frames_of, parse_frame
@@ -22,16 +22,17 @@ _DEFAULT_COMPONENT = {"load": "weights", "first_step": "activations", "mid_train
 _NUMBERED = ("caching_allocator", "mps", "malloc_async", "cpu_allocator", "oom_exception")
 
 
-class Evidence(BaseModel):
+@dataclass
+class Evidence(Record):
     line: int
     text: str
     marker: str
     approximate: bool = False          # big files: the line number was estimated (see fastpath.py)
 
 
-class Diagnosis(BaseModel):
-    model_config = ConfigDict(populate_by_name=True)
-    schema_: str = Field(SCHEMA, alias="schema")
+@dataclass
+class Diagnosis(Record):
+    """DESIGN §3's JSON contract, field for field (plus additions: keys may be added, never renamed)."""
     source: str
     verdict: str
     accelerator: str
@@ -46,18 +47,17 @@ class Diagnosis(BaseModel):
     budget: Optional[dict] = None
     plan: Optional[list] = None
     patch: Optional[str] = None
-    # additions beyond the contract (keys may be added, never renamed)
     title: str = ""
     explanation: str = ""
     lang: str = "en"
     earlier_failures: int = 0
-    ranks: List[int] = []
+    ranks: List[int] = field(default_factory=list)
     snippet: Optional[str] = None
-    conflicts: List[dict] = []
-    notes: List[str] = []
+    conflicts: List[dict] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
 
     def to_json_dict(self):
-        return self.model_dump(by_alias=True)
+        return {"schema": SCHEMA, **self.model_dump()}
 
 
 def _decisive(signals):

@@ -7,13 +7,13 @@ and walks the ladder until the estimated peak fits with the course's 20 % margin
 two alternatives. The learning rate is never a move: it does not change memory.
 """
 
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional
-
-from pydantic import BaseModel
 
 from .budget import MARGIN, RESERVE_GIB, estimate
 from .config import KEYS
 from .planwords import WHY, display_text
+from .record import Record
 
 SAFE, UNSAFE, DISPLAY = "safe", "unsafe", "display"
 PHASE_LADDER = {"load": "OOM101", "first_step": "OOM201", "mid_training": "OOM204", "evaluation": "OOM404",
@@ -22,9 +22,10 @@ DS_PATHS = {"llamafactory": "examples/deepspeed/ds_z{n}{o}_config.json", "hf": "
             "axolotl": "deepspeed_configs/zero{n}{o}.json"}
 
 
-class Step(BaseModel):
+@dataclass
+class Step(Record):
     action: str
-    changes: Dict[str, list] = {}
+    changes: Dict[str, list] = field(default_factory=dict)
     display: str = ""
     why: str = ""
     saves_gib: Optional[float] = None

@@ -15,10 +15,9 @@ A rule's `when` holds conditions that must all hold (each list: any item may mat
 
 import functools
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
-
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from typing import List, Optional
 
 VERDICTS = ("device_oom", "host_oom", "not_oom", "no_failure", "incomplete")
 PHASES = ("load", "first_step", "mid_training", "evaluation", "checkpoint_save", "inference", "unknown", "none")
@@ -27,122 +26,122 @@ COMPONENTS = ("weights", "activations", "gradients", "optimizer_states", "fragme
 ACTIONS = ("reduce_batch", "grad_accum", "grad_checkpointing", "reduce_seq_len", "precision", "quantize", "use_lora",
            "optimizer_8bit", "smaller_model", "zero_sharding", "cpu_offload", "free_other_process",
            "expandable_segments", "eval_batch", "eval_accumulation", "fix_non_memory_bug", "more_host_ram", "none")
+MARKERS = ("load", "load_done", "setup", "train_start", "step", "eval_start", "eval_done", "save", "train_done",
+           "predict")
 
 RULES_DIR = Path(__file__).resolve().parent / "rules"
+_FORBID = {"extra": "forbid"}           # read by pydantic when a rule file is validated (validate_rule)
 
 
 class RuleError(Exception):
     """A broken rule file, named with the field at fault."""
 
 
-class Text(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+# ---- the schema: typed dataclasses, validated by pydantic (types, unknown keys) and check_rule ---
+@dataclass
+class Text:
+    __pydantic_config__ = _FORBID
     en: str
     zh: str
 
 
-class Conditions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    signal: List[str] = []
-    error: List[str] = []
-    window: List[str] = []
-    frames: List[str] = []
-    phase: List[str] = []
-    checks: List[str] = []
-    marker: List[str] = []
+@dataclass
+class Conditions:
+    __pydantic_config__ = _FORBID
+    signal: List[str] = field(default_factory=list)
+    error: List[str] = field(default_factory=list)
+    window: List[str] = field(default_factory=list)
+    frames: List[str] = field(default_factory=list)
+    phase: List[str] = field(default_factory=list)
+    checks: List[str] = field(default_factory=list)
+    marker: List[str] = field(default_factory=list)
 
-    @field_validator("error", "window")
-    @classmethod
-    def _regex(cls, v):
-        for pat in v:
-            re.compile(pat)
-        return v
-
-    @field_validator("frames")
-    @classmethod
-    def _frames(cls, v):
-        for pat in v:
-            path, _, func = pat.rpartition(":")
-            re.compile(path)
-            re.compile(func or ".*")
-        return v
-
-    @field_validator("checks")
-    @classmethod
-    def _checks(cls, v):
-        unknown = [c for c in v if c.lstrip("!") not in CHECKS]
-        if unknown:
-            raise ValueError(f"unknown check(s) {unknown}; known: {sorted(CHECKS)}")
-        return v
-
-    @field_validator("phase")
-    @classmethod
-    def _phases(cls, v):
-        bad = [p for p in v if p not in PHASES]
-        if bad:
-            raise ValueError(f"unknown phase(s) {bad}")
-        return v
+    def stated(self):
+        return {k: v for k, v in vars(self).items() if v}
 
 
-class Samples(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+@dataclass
+class Samples:
+    __pydantic_config__ = _FORBID
     trigger: List[str]
-    ignore: List[str] = []
+    ignore: List[str] = field(default_factory=list)
 
 
-class Rule(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+@dataclass
+class Rule:
+    __pydantic_config__ = _FORBID
     id: str
     name: str
     priority: int
     verdict: str
-    phase: str = "auto"                 # a fixed phase, or auto: the phase inferred from frames/markers
     component: str                      # a fixed component, or auto: by phase
     confidence: float
     title: Text
     summary: Text
     explanation: Text
-    actions: List[str] = []             # what the plan should start with, in order
     when: Conditions
-    unless: Optional[Conditions] = None
     samples: Samples
+    phase: str = "auto"                 # a fixed phase, or auto: the phase inferred from frames/markers
+    actions: List[str] = field(default_factory=list)      # what the plan should start with, in order
+    unless: Optional[Conditions] = None
     since: str = "0.1.0"
 
-    @field_validator("id")
-    @classmethod
-    def _id(cls, v):
-        if not re.fullmatch(r"OOM\d{3}", v):
-            raise ValueError("rule ids look like OOM201")
-        return v
 
-    @field_validator("verdict")
-    @classmethod
-    def _verdict(cls, v):
-        if v not in VERDICTS:
-            raise ValueError(f"verdict must be one of {VERDICTS}")
-        return v
+def trusted_rule(data):
+    """A Rule from data already validated (the snapshot): no pydantic at run time."""
+    d = dict(data)
+    for key in ("title", "summary", "explanation"):
+        d[key] = Text(**d[key])
+    d["when"] = Conditions(**d["when"])
+    d["unless"] = Conditions(**d["unless"]) if d.get("unless") else None
+    d["samples"] = Samples(**d["samples"])
+    return Rule(**d)
 
-    @field_validator("phase")
-    @classmethod
-    def _phase(cls, v):
-        if v != "auto" and v not in PHASES:
-            raise ValueError(f"phase must be auto or one of {PHASES}")
-        return v
 
-    @field_validator("component")
-    @classmethod
-    def _component(cls, v):
-        if v != "auto" and v not in COMPONENTS:
-            raise ValueError(f"component must be auto or one of {COMPONENTS}")
-        return v
+def validate_rule(data):
+    """A Rule from a rule file's data; raises ValueError naming the field at fault."""
+    from pydantic import TypeAdapter, ValidationError
+    try:
+        rule = TypeAdapter(Rule).validate_python(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise ValueError(f"field '{'.'.join(str(x) for x in err['loc'])}': {err['msg']}") from None
+    check_rule(rule)
+    return rule
 
-    @field_validator("actions")
-    @classmethod
-    def _actions(cls, v):
-        bad = [a for a in v if a not in ACTIONS]
-        if bad:
-            raise ValueError(f"unknown action(s) {bad}")
-        return v
+
+def check_rule(rule):
+    """What types cannot say: ids, vocabularies, regexes that compile, checks that exist."""
+    def bad(name, value, allowed):
+        raise ValueError(f"field '{name}': {value!r} is not one of {allowed}")
+
+    if not re.fullmatch(r"OOM\d{3}", rule.id):
+        raise ValueError("field 'id': rule ids look like OOM201")
+    if rule.verdict not in VERDICTS:
+        bad("verdict", rule.verdict, VERDICTS)
+    if rule.phase != "auto" and rule.phase not in PHASES:
+        bad("phase", rule.phase, ("auto",) + PHASES)
+    if rule.component != "auto" and rule.component not in COMPONENTS:
+        bad("component", rule.component, ("auto",) + COMPONENTS)
+    for action in rule.actions:
+        if action not in ACTIONS:
+            bad("actions", action, ACTIONS)
+    for where, cond in (("when", rule.when), ("unless", rule.unless)):
+        if cond is None:
+            continue
+        for pat in cond.error + cond.window + [p.rpartition(":")[0] for p in cond.frames] + \
+                [p.rpartition(":")[2] or ".*" for p in cond.frames]:
+            try:
+                re.compile(pat)
+            except re.error as e:
+                raise ValueError(f"field '{where}': bad regex {pat!r}: {e}") from None
+        for name, values, allowed in (("phase", cond.phase, PHASES), ("marker", cond.marker, MARKERS),
+                                      ("checks", [c.lstrip("!") for c in cond.checks], tuple(CHECKS))):
+            for value in values:
+                if value not in allowed:
+                    bad(f"{where}.{name}", value, allowed)
+    if not rule.samples.trigger:
+        raise ValueError("field 'samples.trigger': every rule needs samples that trigger it")
 
 
 # ---- named checks over the allocator numbers (memory dict, GiB) ------------------------------
@@ -188,38 +187,34 @@ CHECKS = {
 
 # ---- loading ----------------------------------------------------------------------------------
 def _rule_sources(directory):
-    """(file name, parsed data or exception) per rule file; the shipped set comes from the snapshot."""
+    """(file name, parsed data or the exception that stopped parsing, trusted) per rule file. The
+    shipped set comes from the snapshot, validated when it was built; a directory is validated now."""
     if directory is None:
         from .compiled import snapshot
-        return sorted(snapshot()["rules"].items())
+        return [(name, data, True) for name, data in sorted(snapshot()["rules"].items())]
     from ruamel.yaml import YAML
     yaml = YAML(typ="safe")
     out = []
     for path in sorted(Path(directory).glob("OOM*.yaml")):
         try:
-            out.append((path.name, yaml.load(path.read_text(encoding="utf-8"))))
+            out.append((path.name, yaml.load(path.read_text(encoding="utf-8")), False))
         except Exception as e:  # YAML syntax: reported with the file's name below
-            out.append((path.name, e))
+            out.append((path.name, e, False))
     return out
 
 
 @functools.lru_cache(maxsize=None)
 def load_rules(directory=None):
     rules = []
-    for name, data in _rule_sources(directory):
-        path = Path(name)
+    for name, data, trusted in _rule_sources(directory):
         try:
             if isinstance(data, Exception):
                 raise data
-            rule = Rule(**data)
-        except ValidationError as e:
-            err = e.errors()[0]
-            field = ".".join(str(x) for x in err["loc"])
-            raise RuleError(f"{path.name}: field '{field}': {err['msg']}") from None
-        except Exception as e:  # YAML syntax
-            raise RuleError(f"{path.name}: {e}") from None
-        if rule.id != path.stem:
-            raise RuleError(f"{path.name}: id {rule.id} does not match the file name")
+            rule = trusted_rule(data) if trusted else validate_rule(data)
+        except Exception as e:  # YAML syntax, schema
+            raise RuleError(f"{name}: {e}") from None
+        if rule.id != Path(name).stem:
+            raise RuleError(f"{name}: id {rule.id} does not match the file name")
         rules.append(rule)
     ids = [r.id for r in rules]
     dupes = {i for i in ids if ids.count(i) > 1}

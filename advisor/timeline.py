@@ -1,11 +1,13 @@
 """Typed events of a run, in log order: what the parser hands to the diagnosis."""
 
+from dataclasses import dataclass, field
 from typing import List, Optional
 
-from pydantic import BaseModel, Field
+from .record import Record
 
 
-class Marker(BaseModel):
+@dataclass
+class Marker(Record):
     """A phase marker: loading, setup, training start, evaluation, save, end of training."""
     kind: str            # load | load_done | setup | train_start | eval_start | eval_done | save | train_done | predict
     line: int
@@ -14,7 +16,8 @@ class Marker(BaseModel):
     total: Optional[int] = None
 
 
-class Frame(BaseModel):
+@dataclass
+class Frame(Record):
     """One traceback frame; `line` is the log line, not the source line number."""
     path: str
     func: str
@@ -23,7 +26,8 @@ class Frame(BaseModel):
     rank: Optional[int] = None
 
 
-class Signal(BaseModel):
+@dataclass
+class Signal(Record):
     """A line that reports a failure (see signals.py for the kinds)."""
     kind: str
     dialect: str
@@ -32,7 +36,8 @@ class Signal(BaseModel):
     rank: Optional[int] = None
 
 
-class Facts(BaseModel):
+@dataclass
+class Facts(Record):
     """What the run was: from the log, the config, or the command line; None when unknown."""
     framework: Optional[str] = None
     model: Optional[str] = None
@@ -62,7 +67,8 @@ class Facts(BaseModel):
     accelerator: Optional[str] = None      # cuda | npu | xpu | mps | rocm, from device lines
 
 
-class Context(BaseModel):
+@dataclass
+class Context(Record):
     """The state of the run when its final failure began."""
     last_marker: Optional[Marker] = None
     step: Optional[int] = None              # training steps completed (from the progress bar)
@@ -71,16 +77,17 @@ class Context(BaseModel):
     in_eval: bool = False
 
 
-class Timeline(BaseModel):
+@dataclass
+class Timeline(Record):
     """Everything the diagnosis needs, bounded in size whatever the log's length."""
     source: str = "<stdin>"
     line_count: int = 0
-    facts: Facts = Field(default_factory=Facts)
-    markers: List[Marker] = Field(default_factory=list)
-    signals: List[Signal] = Field(default_factory=list)      # the final failure's signals
+    facts: Facts = field(default_factory=Facts)
+    markers: List[Marker] = field(default_factory=list)
+    signals: List[Signal] = field(default_factory=list)      # the final failure's signals
     earlier_failures: int = 0                                # failures the run recovered from
-    context: Context = Field(default_factory=Context)        # at the final failure (or the end)
-    ranks: List[int] = Field(default_factory=list)
-    window: list = Field(default_factory=list)               # reader.Line objects around the failure
-    fact_lines: dict = Field(default_factory=dict)           # fact name -> log line it came from
+    context: Context = field(default_factory=Context)        # at the final failure (or the end)
+    ranks: List[int] = field(default_factory=list)
+    window: list = field(default_factory=list)               # reader.Line objects around the failure
+    fact_lines: dict = field(default_factory=dict)           # fact name -> log line it came from
     exact_lines: Optional[int] = None                        # big files: line numbers past this are estimates

@@ -4,7 +4,7 @@ import textwrap
 
 
 def explain_text(rule, lang="en"):
-    when = rule.when.model_dump(exclude_defaults=True)
+    when = rule.when.stated()
     lines = [f"{rule.id} {rule.name} — {getattr(rule.title, lang)}", "",
              f"verdict: {rule.verdict}   phase: {rule.phase}   component: {rule.component}   "
              f"priority: {rule.priority}   confidence: {rule.confidence}", ""]
@@ -15,5 +15,5 @@ def explain_text(rule, lang="en"):
                  "; ".join(f"{k} = {' | '.join(v)}" for k, v in when.items()))
     if rule.unless:
         lines.append("unless: " + "; ".join(f"{k} = {' | '.join(v)}"
-                                            for k, v in rule.unless.model_dump(exclude_defaults=True).items()))
+                                            for k, v in rule.unless.stated().items()))
     return "\n".join(lines)
