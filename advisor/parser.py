@@ -22,8 +22,9 @@ RECOVERED = 5          # steps of progress after a failure that show the run got
 MAX_MARKERS = 400
 MAX_SIGNALS = 400
 
-_BAR = re.compile(r"(?:^|\r)\s*(?:(?P<desc>[^|\r]*?):\s*)?(?P<pct>\d{1,3})%\s*\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+|\?)")
-_BAR_LIGHT = re.compile(r"(?P<desc>[A-Z][\w ]*?):\s*(?P<pct>\d{1,3})%\s+(?P<n>\d+)/(?P<total>\d+)")  # lightning/colab
+_BAR = re.compile(r"(?:^|\r)\s*(?:(?P<desc>(?:[^|\r\s][^|\r]*?)?):\s*)?(?P<pct>\d{1,3})%\s*\|[^|]*\|\s*(?P<n>\d+)"
+                  r"/(?P<total>\d+|\?)")    # the description starts after the spaces: one way to split them
+_BAR_LIGHT = re.compile(r"(?P<desc>[A-Z][\w ]{0,80}?):\s*(?P<pct>\d{1,3})%\s+(?P<n>\d+)/(?P<total>\d+)")  # lightning/colab
 _BAR_CUT = re.compile(r"^\s*(?P<desc>)(?P<pct>0)%\|(?P<n>)(?P<total>)")   # a bar cut after "0%|": no step done yet
 _DICT = re.compile(r"\{'(loss|eval_loss|train_runtime|eval_runtime|predict_loss)'")
 _BANNER = re.compile(r"(?:^|\s)(Num examples|Num Epochs|Instantaneous batch size per device|Total train batch size "

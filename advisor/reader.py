@@ -36,10 +36,10 @@ class Line:
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|(?<![\w\]])\[[0-9;]{1,8}m")
 _PASTE_NO = re.compile(r"^\[\d{1,7}\] ?")
-_HOST = re.compile(r"^(?:(?:\d{1,3}\.){3}\d{1,3}|[A-Za-z][\w-]*\d[\w-]*): (?=\S)")
+_HOST = re.compile(r"^(?:(?:\d{1,3}\.){3}\d{1,3}|[A-Za-z][\w-]{0,62}\d[\w-]{0,62}): (?=\S)")   # bounded: no backtracking
 _RANK = re.compile(r"^\[(?:rank(\d+)|[A-Za-z_]*?(\d+))\]:\s?")
 _RAY = re.compile(r"^\((?:[\w.]+) pid=\d+(?:, ip=[\d.]+)?\) ?")
-_BAR_HINT = re.compile(r"%\||\d+/\d+ \[|it/s|s/it")
+_BAR_HINT = re.compile(r"%\||(?<!\d)\d+/\d+ \[|it/s|s/it")
 
 
 class Snapshot:
@@ -164,8 +164,11 @@ def resolve_redraws(text):
     return [s for s in segs[:-1] if not _BAR_HINT.search(s)] + [segs[-1]]
 
 
+_REMNANT = re.compile(r"\[[0-9;]{1,8}m")     # an escape code whose ESC byte a paste lost
+
+
 def strip_ansi(text):
-    return _ANSI.sub("", text) if "\x1b" in text or "m" in text and "[" in text else text
+    return _ANSI.sub("", text) if "\x1b" in text or "[" in text and _REMNANT.search(text) else text
 
 
 def strip_prefixes(text):
@@ -175,15 +178,17 @@ def strip_prefixes(text):
 
 def strip_wrappers(text):
     """Remove paste line numbers, host and rank prefixes from an ANSI-free line; (text, rank or None)."""
-    text = _PASTE_NO.sub("", text, count=1)
+    if text[:1] == "[":
+        text = _PASTE_NO.sub("", text, count=1)
     rank = None
     for _ in range(3):
-        m = _RANK.match(text)
+        first = text[:1]
+        m = _RANK.match(text) if first == "[" else None
         if m:
             rank = int(m.group(1) or m.group(2))
             text = text[m.end():]
             continue
-        m = _HOST.match(text) or _RAY.match(text)
+        m = _RAY.match(text) if first == "(" else _HOST.match(text) if ": " in text[:140] else None
         if m and not text[:m.end()].rstrip(": ").endswith(("Error", "Exception", "Warning")):
             text = text[m.end():]
             continue

@@ -14,4 +14,15 @@ class Record:
         return dataclasses.replace(self, **(update or {}))
 
     def model_dump(self):
-        return dataclasses.asdict(self)
+        """Plain dicts and lists, recursively; values are shared, not deep-copied (asdict is slow)."""
+        return _plain(self)
+
+
+def _plain(value):
+    if isinstance(value, Record):
+        return {name: _plain(getattr(value, name)) for name in value.__dataclass_fields__}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value

@@ -58,7 +58,7 @@ _KEYS = ("rror", "memory", "xception", "xit", "ill", "SIG", "ignal", "ALLOC", "N
 
 def classify(text):
     """(kind, dialect) when the line reports a failure, else None."""
-    if not any(k in text for k in _KEYS):
+    if not any(map(text.__contains__, _KEYS)):
         return None
     if "Warning" in text and "Error" not in text and "memory" not in text:
         return None
@@ -81,7 +81,7 @@ def accelerator_of(text):
 # ---- allocator numbers -------------------------------------------------------------------------
 # Patterns tolerate missing spaces: continuation lines of a hard-wrapped message are joined
 # without a separator (a wrap can fall inside a word or a number), so "a to" + "tal" stays whole.
-_S = r"(\d+(?:\.\d+)?\s*(?:bytes|[KMGT]i?B))"
+_S = r"(?<!\d)(\d{1,15}(?:\.\d+)?\s*(?:bytes|[KMGT]i?B))"   # from a number's first digit: linear on digit runs
 _W = r"\s*"
 _FIELDS = {
     "tried": re.compile(r"(?:Tried|tried)" + _W + "to" + _W + "allocate" + _W + r"(?:more" + _W + "than" + _W + ")?" + _S),

@@ -2,6 +2,7 @@
 
     python benchmarks/fuzz.py [--n 100000] [--seconds N] [--jobs 2] [--seed 0] [--timeout 5]
     python benchmarks/fuzz.py --case 1234 [--seed 0]      # replay one case, print its traceback
+    python benchmarks/fuzz.py --full ...                  # also plan and render every format
 
 Every case is derived from (seed, case number) alone, so a failure is reproducible with --case.
 Mutations come in two kinds:
@@ -17,7 +18,8 @@ Mutations come in two kinds:
 A crash is any exception other than reader.InputError; a hang is a case over --timeout seconds
 (SIGALRM inside the worker; a worker silent for longer than 3x that is killed and replaced).
 The summary is printed as text, and with --json as one JSON object on the last line.
-Exit status: 0 when nothing crashed, hung or broke an invariant, 1 otherwise.
+Exit status: 0 when nothing crashed, hung or broke an invariant (and every original log was read),
+1 otherwise.
 """
 
 import argparse
@@ -333,6 +335,9 @@ def make_case(i, seed, corpus):
     if text is not None and r < 0.55:
         kind = rng.choice(sorted(DAMAGING_TEXT))
         return k, kind, DAMAGING_TEXT[kind](text, rng), False
+    if r < 0.58:                                    # two pastes glued together, cut anywhere
+        other = corpus[rng.randrange(len(corpus))]
+        return k, f"splice({other[0]})", truncate_lines(raw, rng) + b"\n" + cut_head(other[1], rng), False
     kind = rng.choice(sorted(DAMAGING))
     data = DAMAGING[kind](raw, rng)
     if rng.random() < 0.2:                          # damage on damage
@@ -343,14 +348,22 @@ def make_case(i, seed, corpus):
 
 
 # ---- running one case --------------------------------------------------------------------------------
+FULL = False       # --full: the whole command's work (budget, plan, patch, every format and language)
+
+
 def verdict_of(data):
     """(verdict, phase, component) or 'input_error'; any other exception propagates."""
     from advisor.pipeline import diagnose_text
     from advisor.reader import InputError
     try:
-        d = diagnose_text(data, with_plan=False)
+        d = diagnose_text(data, with_plan=FULL)
     except InputError:
         return "input_error"
+    if FULL:
+        from advisor.render import render
+        for fmt in ("text", "markdown", "json", "html"):
+            for lang in ("en", "zh"):
+                render(d, fmt, lang)
     return d.verdict, d.phase, d.component
 
 
@@ -399,7 +412,9 @@ def baselines_of(corpus):
     return out
 
 
-def _worker(conn, seed, timeout, mem_limit, corpus, baselines):
+def _worker(conn, seed, timeout, mem_limit, corpus, baselines, full):
+    global FULL
+    FULL = full
     signal.signal(signal.SIGALRM, _alarm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if mem_limit:
@@ -418,7 +433,7 @@ class Pool:
     """Workers fed batches of case numbers; a worker silent past the hard limit is killed and replaced."""
 
     def __init__(self, jobs, seed, timeout, mem_limit, corpus, baselines):
-        self.args = (seed, timeout, mem_limit, corpus, baselines)
+        self.args = (seed, timeout, mem_limit, corpus, baselines, FULL)
         self.hard = 3 * timeout + 10
         self.deaths = 0
         self.ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
@@ -572,8 +587,11 @@ def main(argv=None):
     ap.add_argument("--show", type=int, default=5, help="examples to print per failure kind")
     ap.add_argument("--case", type=int, default=None, help="replay one case and show its traceback")
     ap.add_argument("--json", action="store_true", help="also print the summary as one JSON line")
+    ap.add_argument("--full", action="store_true", help="also plan and render every format (slower)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     a = ap.parse_args(argv)
+    global FULL
+    FULL = a.full
     if a.case is not None:
         return replay(a.case, a.seed, a.timeout)
     r = fuzz(a.n, a.seconds, a.jobs, a.seed, a.timeout, progress=not a.quiet, show=a.show)

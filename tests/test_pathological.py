@@ -97,12 +97,13 @@ def test_ten_thousand_frame_recursion(tmp_path):
 def _huge_line(path, megabytes):
     """A run whose tqdm bar redrew itself with '\\r' for `megabytes` MB without a newline, then the OOM."""
     unit = b"\r 45%|####5     | 4500/10000 [01:23<01:40, 54.3it/s]"
-    block = unit * (1 << 20 // len(unit) + 1)
+    block = unit * ((1 << 20) // len(unit) + 1)
     with open(path, "wb") as fh:
         fh.write(b"***** Running training *****\n{'loss': 1.0, 'epoch': 0.1}\n")
         for _ in range(megabytes):
             fh.write(block)
         fh.write(b"\n" + OOM)
+    assert path.stat().st_size > megabytes << 20
 
 
 def test_a_200_mb_single_line_streamed(tmp_path):
@@ -115,6 +116,7 @@ def test_a_200_mb_single_line_streamed(tmp_path):
     finally:
         cat.stdout.close()
         cat.wait()
+        log.unlink()
     assert rc == 1, err
     assert (report["verdict"], report["phase"]) == ("device_oom", "mid_training")
     assert seconds < 120
@@ -126,7 +128,10 @@ def test_a_200_mb_single_line_file(tmp_path):
     log = tmp_path / "huge.log"
     _huge_line(log, 200)
     base = baseline_rss(tmp_path)
-    rc, report, err, seconds, rss = run_measured([str(log)], tmp_path)
+    try:
+        rc, report, err, seconds, rss = run_measured([str(log)], tmp_path)
+    finally:
+        log.unlink()
     assert rc == 1, err
     assert (report["verdict"], report["phase"]) == ("device_oom", "mid_training")
     assert seconds < 120
@@ -153,7 +158,7 @@ def test_a_file_that_grows_while_read(tmp_path):
     step = b"{'loss': 1.0, 'grad_norm': 0.5, 'learning_rate': 1e-05, 'epoch': 0.1}\n"
     log.write_bytes(b"***** Running training *****\n" + step * 20000 + OOM)
     cascade = b"W0415 15:31:43.643000 92318 api.py:1010] Sending process 92385 closing signal SIGTERM\n" * 4000
-    cap = 512 << 20                         # seconds of writing; a bug cannot fill the disk
+    cap = 512 << 20                         # ~10 s of writing; a bug cannot fill the disk
     stop, written = threading.Event(), [0]
 
     def writer():
@@ -162,6 +167,7 @@ def test_a_file_that_grows_while_read(tmp_path):
                 fh.write(cascade)
                 fh.flush()
                 written[0] += len(cascade)
+                time.sleep(0.005)           # ~50 MB/s: several times what a parser reads
 
     th = threading.Thread(target=writer, daemon=True)
 
@@ -176,6 +182,7 @@ def test_a_file_that_grows_while_read(tmp_path):
         stop.set()
         if th.is_alive():
             th.join()
+        log.unlink()
     assert rc == 1, err
     assert report["verdict"] == "device_oom"
     assert still_writing, f"the diagnosis read on until the writer stopped ({seconds:.1f} s, {written[0] >> 20} MiB)"

@@ -175,6 +175,64 @@ def test_terminal_copy_same_diagnosis(path, width, encoding, newline, rank, rnd,
     assert outcome(text.encode(encoding)) == original(path)
 
 
+# ---- the reader's wrap decisions, one case each -----------------------------------------------------------
+def texts(data):
+    import io
+    from advisor.reader import logical_lines
+    return [ln.text for ln in logical_lines(io.BytesIO(data))]
+
+
+def test_one_long_line_wrapped_once_is_rejoined():
+    """Too few full-width lines for statistics; the cut phrase (a frame split in its line number,
+    an allocator message split in a word) shows the wrap (real_logs ot-017, lf-014)."""
+    frame = '  File "/home/user/envs/trf/lib/python3.9/site-packages/torch/distributed/distributed_c10d.py", ' \
+            'line 1432, in all_gather'
+    host = "RuntimeError: [enforce fail at alloc_cpu.cpp:83] err == 0. DefaultCPUAllocator: can't allocate " \
+           "memory: you tried to allocate 104857600 bytes. Error code 12 (Cannot allocate memory)"
+    for line in (frame, host):
+        for width in (80, 97, 110):
+            assert line in texts(fuzz.hard_wrap(line + "\nnext\n", width).encode()), width
+
+
+def test_a_full_width_piece_does_not_swallow_the_next_record():
+    """A message whose length is a multiple of the width ends in a full-width piece; the launcher's
+    next line is a record of its own (real_logs ot-008, ot-030)."""
+    msg = "torch.OutOfMemoryError: CUDA out of memory. " + "x" * 155
+    wrapped = fuzz.hard_wrap(msg, 100) + "\n[2023-12-22 07:10:38,757] [WARNING] Sending process 1 closing signal SIGTERM\n"
+    got = texts(("\n".join(["a" * 100, "b" * 100, "c" * 90]) + "\n" + wrapped).encode())
+    assert msg in got
+    assert got[-1].startswith("[2023-12-22")
+
+
+def test_many_records_of_one_length_are_not_a_wrap():
+    """Identical loss lines are the longest lines of this log: not a wrap, and never joined into one."""
+    step = "{'loss': 1.0, 'grad_norm': 0.5, 'learning_rate': 1e-05, 'epoch': 0.1}"
+    got = texts(("\n".join([step] * 20000) + "\nRuntimeError: CUDA error: out of memory\n").encode())
+    assert len(got) == 20001 and got[0] == step
+
+
+def test_a_wrap_chain_is_bounded():
+    """Thousands of full-width lines that all look like continuations (a base64 blob) join in linear
+    time, into lines no longer than a physical line may be."""
+    t0 = time.perf_counter()
+    got = texts(("\n".join(f"{i:08d}" + "QUJD" * 17 for i in range(100000)) + "\nend\n").encode())
+    assert time.perf_counter() - t0 < 20
+    assert max(map(len, got)) <= 64 * 1024 + 76 and got[-1].endswith("end")
+
+
+def test_a_growing_file_is_read_as_it_stood(tmp_path):
+    from advisor.reader import open_source
+    log = tmp_path / "train.log"
+    log.write_bytes(b"first\n")
+    name, stream = open_source(str(log))
+    with open(log, "ab") as fh:
+        fh.write(b"written later\n")
+    try:
+        assert stream.read() == b"first\n" and stream.read(10) == b""
+    finally:
+        stream.close()
+
+
 # ---- the command line on junk -------------------------------------------------------------------------
 def cli(args, stdin=None):
     env = dict(os.environ)
