@@ -10,7 +10,7 @@ import json
 import re
 from pathlib import Path
 
-from .reader import InputError
+from .reader import InputError, input_error
 from .timeline import Facts
 
 LF_KEYS = {"finetuning_type", "stage", "template", "cutoff_len", "lora_target", "quantization_bit", "dataset_dir",
@@ -72,16 +72,12 @@ def detect_dialect(data):
 
 def load_config(path):
     p = Path(path)
-    if p.is_dir():
-        raise InputError(f"{path}: is a directory, not a config file")
     try:
+        if p.is_dir():
+            raise IsADirectoryError(path)
         raw = p.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such config file")
-    except PermissionError:
-        raise InputError(f"{path}: permission denied")
     except OSError as e:
-        raise InputError(f"{path}: cannot read ({e.strerror or e})")
+        raise input_error(path, e, "config file") from None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:

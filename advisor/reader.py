@@ -76,14 +76,19 @@ def open_source(path):
         if stat.S_ISREG(st.st_mode) and st.st_size > 0:
             return path, Snapshot(fh, st.st_size)
         return path, fh
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, not a log file")
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file")
-    except PermissionError:
-        raise InputError(f"{path}: permission denied")
     except OSError as e:
-        raise InputError(f"{path}: cannot read ({e.strerror or e})")
+        raise input_error(path, e) from None
+
+
+def input_error(path, error, what="file"):
+    """The one line a user sees when their path cannot be read."""
+    if isinstance(error, IsADirectoryError):
+        return InputError(f"{path}: is a directory, not a {'log file' if what == 'file' else what}")
+    if isinstance(error, FileNotFoundError):
+        return InputError(f"{path}: no such {what}")
+    if isinstance(error, PermissionError):
+        return InputError(f"{path}: permission denied")
+    return InputError(f"{path}: cannot read ({error.strerror or error})")
 
 
 _NOT_CONTROL = bytes(b for b in range(256) if not (b < 9 or 13 < b < 27 or 27 < b < 32))
