@@ -20,9 +20,9 @@ from .parser import Parser
 from .reader import InputError, logical_lines, sniff_encoding
 
 BIG = 16 << 20
-HEAD = 1 << 20
+HEAD = 512 << 10
 REGION_MAX = 4 << 20
-WINDOW = 512 << 10
+WINDOW = 128 << 10
 CHUNK = 8 << 20
 PROGRESS = (b"it/s]", b"s/it]", b"{'loss'", b"{'eval_loss'", b"it/s, ", b"s/it, ")
 MARKERS = (b"***** Running", b"Saving model checkpoint", b"Loading checkpoint shards", b"trainable params",
@@ -102,14 +102,14 @@ def _line_end(mm, pos):
 def _last(mm, needles, end):
     """Position of the last occurrence of any needle before `end`, searching back chunk by chunk
     so a needle that never occurs costs one chunk, not the whole file."""
-    overlap = max(len(n) for n in needles)
+    overlap, step = max(len(n) for n in needles), 256 << 10
     while end > 0:
-        start = max(0, end - CHUNK)
+        start = max(0, end - step)
         block = mm[start:min(len(mm), end + overlap)]
         hit = max(block.rfind(n, 0, end - start + len(n) - 1) for n in needles)
         if hit >= 0:
             return start + hit
-        end = start
+        end, step = start, min(CHUNK, step * 2)    # most hits are near where we start: grow the step
     return -1
 
 
