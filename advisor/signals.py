@@ -41,7 +41,7 @@ _PATTERNS = [
                           r"|sigkill_handler"),
     (ERROR, "cuda_error", r"\b(?:CUDA|HIP|cuda|hip|CUDA driver) (?:error|Error)\b"),
     (ERROR, "nccl", r"Watchdog caught collective operation timeout|NCCL operations have failed or timed out"
-                    r"|\bnccl\w*Error\b|NCCL (?:error|Error|WARN)|ProcessGroupNCCL.*(?:timeout|Timeout|timed out)"),
+                    r"|\bnccl\w*Error\b|NCCL (?:error|Error|WARN)|ProcessGroupNCCL.{0,1000}?(?:timeout|Timeout|timed out)"),
     (ERROR, "native", r"terminate called after throwing|Segmentation fault|Signal (?:11|6|7) \(SIG|\bSIG(?:SEGV|ABRT|BUS)\b"
                       r"|Bus error|what\(\):|Received \d+ death signal|cuBLAS API failed|CUBLAS_STATUS_\w+"
                       r"|CUDNN_STATUS_\w+|OutOfResources|INTERNAL ASSERT FAILED"),

@@ -6,7 +6,7 @@ from .timeline import Frame
 
 _CPYTHON = re.compile(r"Fil+e \"(?P<path>[^\"]+)\", line (?P<no>\d+), in (?P<func>[\w<>.]+)")
 _IPYTHON = re.compile(r"^File (?P<path>\S+):(?P<no>\d+), in (?P<func>[\w.<>]+)\(")
-_RICH = re.compile(r"│\s*(?P<path>\S+\.py):(?P<no>\d+) in (?P<func>\w+)")
+_RICH = re.compile(r"│\s*(?P<path>[^\s│]+\.py):(?P<no>\d+) in (?P<func>\w+)")   # a path stops at the box
 _BARE = re.compile(r"(?:^|\s)line (?P<no>\d+), in (?P<func>[\w<>.]+)\s*$")   # a frame cut before "File"
 _CPP = re.compile(r"^frame #\d+: ")
 

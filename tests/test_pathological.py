@@ -3,7 +3,8 @@
 Each case runs the real command line in a subprocess that reports its own peak memory, on input
 built in a temporary folder: a million tiny lines, a 10 000-frame recursion traceback, a 200 MB
 single line (the issue's 1 GB scaled down for CI: the reader keeps an overlong line's head and tail
-only, so the bound does not depend on the size), and a file that grows while it is read.
+only, so the bound does not depend on the size), and a file that grows while it is read. Last, long
+lines built to make the parser's regular expressions backtrack.
 """
 
 import json
@@ -186,3 +187,21 @@ def test_a_file_that_grows_while_read(tmp_path):
     assert rc == 1, err
     assert report["verdict"] == "device_oom"
     assert still_writing, f"the diagnosis read on until the writer stopped ({seconds:.1f} s, {written[0] >> 20} MiB)"
+
+
+# Long lines built to make a regex backtrack: each once took seconds to minutes (quadratic in the
+# line's length, and a line may be 64 KiB): a digit run after an OOM message (allocator sizes),
+# blanks or words before '%|' (tqdm bars), a host-like 'a1-a1-…' prefix, rich-box bars, NCCL names.
+ADVERSARIAL = [("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ", "1", ""), ("", " ", "%|"),
+               ("", "\t", "%| 1/2"), ("", "GPU ", "%|"), ("", "Ab ", "%|"), ("", "a1-", ": x"), ("", "│", ""),
+               ("", "ProcessGroupNCCL ", ""), ("CUDA out of memory. ", "1.0 GiB ", ""), ("", "1", "/1 ["),
+               ("", 'File "x.py", line 1, in ', ""), ("RuntimeError: CUDA error: out of memory ", "of which ", "")]
+
+
+def test_adversarial_long_lines():
+    from advisor.pipeline import diagnose_text
+    for head, unit, tail in ADVERSARIAL:
+        line = head + unit * (60000 // len(unit)) + tail
+        t0 = time.monotonic()
+        diagnose_text(("{'loss': 1.0}\n" + line + "\n").encode(), with_plan=False)
+        assert time.monotonic() - t0 < 5, (head, unit, tail)
