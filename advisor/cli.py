@@ -37,7 +37,21 @@ LANG = click.option("--lang", type=click.Choice(["en", "zh"]), default=None,
                     help="Language of the report (default: $OOM_DOCTOR_LANG, then the locale).")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """Commands defined in other modules are imported when used, not at every start-up."""
+    lazy = {"triage": "advisor.triage_cli"}
+
+    def list_commands(self, ctx):
+        return sorted(set(super().list_commands(ctx)) | set(self.lazy))
+
+    def get_command(self, ctx, name):
+        if name in self.lazy and name not in self.commands:
+            import importlib
+            self.add_command(getattr(importlib.import_module(self.lazy[name]), name))
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="oom-doctor")
 def cli():
     """Why did fine-tuning run out of GPU memory, and what exactly should change?"""
@@ -169,8 +183,7 @@ def explain(rule_id, lang):
     click.echo(explain_text(rule, lang or default_lang()))
 
 
-from .triage_cli import triage  # noqa: E402  (issue 5; heavy imports stay inside the command)
-cli.add_command(triage)
+# `triage` lives in its own module and is imported only when asked for (see LazyGroup)
 
 
 def _emit(text, output):

@@ -20,7 +20,7 @@ from .parser import Parser
 from .reader import InputError, logical_lines, sniff_encoding
 
 BIG = 16 << 20
-HEAD = 512 << 10
+HEAD = 256 << 10
 REGION_MAX = 4 << 20
 WINDOW = 128 << 10
 CHUNK = 8 << 20

@@ -253,10 +253,9 @@ def seam_is_cut(a, b):
     return False
 
 
-def confirmed_wrap_width(raws):
+def confirmed_wrap_width(texts):
     """With too few full-width lines for statistics (one long line cut once or twice), the longest
     lines are wrap pieces when a wrap visibly cut a phrase the parser knows."""
-    texts = [strip_ansi(r.rstrip("\r")) for r in raws]
     width = max((len(t) for t in texts), default=0)
     if not 80 <= width <= 300:
         return None
@@ -268,10 +267,9 @@ def confirmed_wrap_width(raws):
     return None
 
 
-def plausible_wrap(raws, width):
+def plausible_wrap(texts, width):
     """Full-width lines of a wrapped log go on in a continuation; a log whose longest lines are many
     records of one length (identical loss dicts, table rows, rank-prefixed lines) is not wrapped."""
-    texts = [strip_ansi(r.rstrip("\r")) for r in raws]
     wrap = natural = 0
     for a, b in zip(texts, texts[1:]):
         if len(a) == width:
@@ -314,10 +312,11 @@ def logical_lines(stream, start_no=1):
             yield Line(no, text, rank)
 
     def decide(raws):
-        width = detect_wrap_width([len(strip_ansi(r.rstrip("\r"))) for r in raws])
-        if width and plausible_wrap(raws, width):
+        texts = [strip_ansi(r.rstrip("\r")) for r in raws]      # what a terminal showed: its widths
+        width = detect_wrap_width([len(t) for t in texts])
+        if width and plausible_wrap(texts, width):
             return width
-        return confirmed_wrap_width(raws)
+        return confirmed_wrap_width(texts)
 
     for no, raw in enumerate(physical_lines(stream), start_no):
         if not decided:
