@@ -110,13 +110,11 @@ class Parser:
         t.ranks = sorted(self.ranks)
         if self.pinned is None:
             t.context = self._context()
-        window = {ln.no: ln for ln in (self.pinned or [])}
-        window_lines = list(self.pinned or [])
-        seen = {id(ln) for ln in window_lines}
-        window_lines += [ln for ln in self.ring if id(ln) not in seen]
-        window_lines.sort(key=lambda ln: ln.no)
-        t.window = window_lines
-        del window
+        # the lines around the final failure's first signal, then the log's last lines
+        window = list(self.pinned or [])
+        seen = {id(ln) for ln in window}
+        window += [ln for ln in self.ring if id(ln) not in seen]
+        t.window = sorted(window, key=lambda ln: ln.no)
         if self.f.num_gpus is None and len(self.ranks) > 1:
             self.f.num_gpus = max(self.ranks) + 1
         if self.f.step is None:

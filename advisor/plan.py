@@ -49,6 +49,7 @@ class Context:
         self.multi_gpu = bool((f.get("num_gpus") or 1) > 1 or (mem.get("device_index") or 0) >= 1
                               or diagnosis.ranks or str(f.get("deepspeed") or "").startswith("zero"))
         self.data = config.data if config is not None else {}
+        self.gap = 0.0       # GiB the allocator saw beyond the estimate: added to every what-if
 
     def key(self, knob):
         return KEYS[knob].get(self.dialect)
@@ -260,29 +261,23 @@ def candidates(diagnosis, rule, multi_gpu):
     return out
 
 
+# moves outside the config that are the whole answer when they apply: the plan continues only
+# with alternatives after them
+_CONCLUSIVE = ("free_other_process", "fix_non_memory_bug", "expandable_segments", "more_host_ram")
+
+
 def make_plan(diagnosis, rule, spec=None, config=None, lang="en") -> List[dict]:
     if diagnosis.verdict in ("no_failure", "incomplete"):
         return []
     c = Context(diagnosis, spec, config, lang)
-    c.gap = 0.0
     if spec is not None:
         seen = observed_need(diagnosis.memory or {})
         c.gap = max(0.0, seen - estimate(spec).total_gib) if seen else 0.0
     steps, current, fitted = [], spec, False
     for action in candidates(diagnosis, rule, c.multi_gpu):
-        built = BUILDERS[action](c, current)
-        if built is None:
+        step, update = _step(c, action, current)
+        if step is None:
             continue
-        changes, update, applicability = built
-        changes = {k: v for k, v in changes.items() if k and v[0] != v[1]}
-        step = Step(action=action, changes=changes, applicability=applicability if changes else DISPLAY,
-                    why=WHY[action][lang], display="" if changes else display_text(action, c))
-        if current is not None and update:
-            after = current.model_copy(update=update)
-            step.saves_gib = round(max(0.0, estimate(current).total_gib - estimate(after).total_gib), 2)
-            step.fits_after = _fits(c, after)
-        elif action == "expandable_segments":
-            step.saves_gib = (diagnosis.memory or {}).get("reserved_unallocated_gib")
         if fitted:
             step.alternative = True
             steps.append(step)
@@ -292,7 +287,24 @@ def make_plan(diagnosis, rule, spec=None, config=None, lang="en") -> List[dict]:
         steps.append(step)
         if current is not None and update:
             current = current.model_copy(update=update)
-        if step.fits_after or (spec is None and len(steps) >= 3) or applicability == DISPLAY and \
-                action in ("free_other_process", "fix_non_memory_bug", "expandable_segments", "more_host_ram"):
-            fitted = True
+        fitted = bool(step.fits_after or (spec is None and len(steps) >= 3)
+                      or (step.applicability == DISPLAY and action in _CONCLUSIVE))
     return [s.model_dump() for s in steps]
+
+
+def _step(c, action, current):
+    """(Step, spec update) for one move from the current state, or (None, None) when it cannot help."""
+    built = BUILDERS[action](c, current)
+    if built is None:
+        return None, None
+    changes, update, applicability = built
+    changes = {k: v for k, v in changes.items() if k and v[0] != v[1]}
+    step = Step(action=action, changes=changes, applicability=applicability if changes else DISPLAY,
+                why=WHY[action][c.lang], display="" if changes else display_text(action, c))
+    if current is not None and update:
+        after = current.model_copy(update=update)
+        step.saves_gib = round(max(0.0, estimate(current).total_gib - estimate(after).total_gib), 2)
+        step.fits_after = _fits(c, after)
+    elif action == "expandable_segments":
+        step.saves_gib = (c.d.memory or {}).get("reserved_unallocated_gib")
+    return step, update
