@@ -80,7 +80,7 @@ def phase_from_markers(context):
     }.get(marker.kind, "unknown")
 
 
-_FORWARD = re.compile(r"modeling_\w+\.py$|/peft/|torch/autograd/|torch/utils/checkpoint\.py$")
+_FORWARD = re.compile(r"(?<!\w)modeling_\w+\.py$|/peft/|torch/autograd/|torch/utils/checkpoint\.py$")
 
 
 def infer_phase(frames, context):
