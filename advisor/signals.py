@@ -24,14 +24,15 @@ _PATTERNS = [
     (DEVICE_OOM, "nccl", r"Cuda failure '?out of memory"),
     (DEVICE_OOM, "driver", r"\b(?:CUDA|HIP|cuda|hip)(?: driver| runtime)? ?(?:error|Error|ERROR):? ?out of memory|cudaErrorMemoryAllocation"
                            r"|hipErrorOutOfMemory|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY|PT_DEVMEM Allocation failed"
-                           r"|RESOURCE_EXHAUSTED: Out of memory|No available memory for the cache blocks"),
+                           r"|RESOURCE_EXHAUSTED: Out of memory|No available memory for the cache blocks"
+                           r"|maximum number of tokens that can be stored in KV cache"),
     (DEVICE_OOM, "npu_driver", r"\bEL0004\b|driver error:\s*out of memory"),
     (DEVICE_OOM, "cublas_alloc", r"\bCU(?:BLAS|SOLVER|DNN|SPARSE|FFT)_STATUS_ALLOC_FAILED"),
     (DEVICE_OOM, "nvml_assert", r"NVML_SUCCESS == r INTERNAL ASSERT FAILED"),
     (DEVICE_OOM, "oom_exception", r"\b(?:torch\.)?(?:cuda\.)?OutOfMemoryError\b(?!\s*Traceback)"),
     (HOST_OOM, "cpu_allocator", r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)"),
     (HOST_OOM, "bad_alloc", r"std::bad_alloc|^(?:\w+\.)*_?(?:Array|Arrow)?MemoryError\b|Cannot allocate memory"
-                             r"|Unable to allocate [\d.]+ \w+ for an array"),
+                             r"|Unable to allocate [\d.]+ \w+ for an array|paging file is too small"),
     (HOST_OOM, "ray_memory_monitor", r"ray\.exceptions\.OutOfMemoryError|node running low on memory"),
     (HOST_KILL, "sigkill", r"exitcode\s*:?\s*-9\b|exit (?:code|status)\s*:?\s*(?:-9|137)\b|return code = -9\b"
                            r"|Signal 9 \(SIGKILL\)|killed by signal: Killed|^Killed\b|^\[\d+\][+-]?\s+Killed\b"

@@ -109,6 +109,9 @@ def test_host_bytes():
     ("pyarrow.lib.ArrowMemoryError: realloc of size 8589934592 failed", sig.HOST_OOM),
     ("RuntimeError: unable to mmap 4096 bytes from file </torch_1>: Cannot allocate memory (12)", sig.HOST_OOM),
     ("[1]+  Killed                  python train.py --config cfg.yaml", sig.HOST_KILL),
+    ("ValueError: The model's max seq len (32768) is larger than the maximum number of tokens that can be stored in "
+     "KV cache (20224). Try increasing `gpu_memory_utilization` or decreasing `max_model_len`", sig.DEVICE_OOM),
+    ("OSError: [WinError 1455] The paging file is too small for this operation to complete", sig.HOST_OOM),
 ])
 def test_more_memory_dialects(line, kind):
     assert sig.classify(line)[0] == kind
