@@ -251,17 +251,9 @@ def _frame_match(pattern, frames):
 
 
 def _holds(cond, x, hits):
+    # cheap tests first: most rules fail on the signal or the phase before any regex runs
     if cond.signal and not any(s == x.signal[0] or s == f"{x.signal[0]}:{x.signal[1]}" for s in cond.signal):
         return False
-    if cond.error and not any(_rx(p).search(x.error_text) for p in cond.error):
-        return False
-    if cond.window and not any(_rx(p).search(x.window_text) for p in cond.window):
-        return False
-    if cond.frames:
-        found = [f for f in (_frame_match(p, x.frames) for p in cond.frames) if f]
-        if not found:
-            return False
-        hits.extend(found)
     if cond.phase and x.phase not in cond.phase:
         return False
     if cond.marker and x.marker not in cond.marker:
@@ -270,6 +262,15 @@ def _holds(cond, x, hits):
         want = not check.startswith("!")
         if CHECKS[check.lstrip("!")](x.memory) != want:
             return False
+    if cond.frames:
+        found = [f for f in (_frame_match(p, x.frames) for p in cond.frames) if f]
+        if not found:
+            return False
+        hits.extend(found)
+    if cond.error and not any(_rx(p).search(x.error_text) for p in cond.error):
+        return False
+    if cond.window and not any(_rx(p).search(x.window_text) for p in cond.window):
+        return False
     return True
 
 
