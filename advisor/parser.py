@@ -21,6 +21,7 @@ RECOVERED = 5          # steps of progress after a failure that show the run got
                        # still draw a step or two while another rank is dying)
 MAX_MARKERS = 400
 MAX_SIGNALS = 400
+FRAMEWORK_HEAD = 500   # logger names identify the framework in a log's first lines; frames do later
 
 _BAR = re.compile(r"(?:^|\r)\s*(?:(?P<desc>(?:[^|\r\s][^|\r]*?)?):\s*)?(?P<pct>\d{1,3})%\s*\|[^|]*\|\s*(?P<n>\d+)"
                   r"/(?P<total>\d+|\?)")    # the description starts after the spaces: one way to split them
@@ -115,6 +116,11 @@ class Parser:
         seen = {id(ln) for ln in window}
         window += [ln for ln in self.ring if id(ln) not in seen]
         t.window = sorted(window, key=lambda ln: ln.no)
+        for ln in t.window:
+            if self.f.framework == "llamafactory":
+                break
+            if "File" in ln.text or "│" in ln.text or "[" in ln.text[:1]:
+                self._framework(ln.text)
         if self.f.num_gpus is None and len(self.ranks) > 1:
             self.f.num_gpus = max(self.ranks) + 1
         if self.f.step is None:
@@ -261,12 +267,8 @@ class Parser:
 
     def _facts(self, line, text):
         f = self.f
-        if f.framework != "llamafactory":
-            m = _FRAMEWORK_RX.search(text)
-            if m:
-                name = _FRAMEWORK_OF[m.group(0)]
-                if f.framework is None or _FRAMEWORK_RANK[name] < _FRAMEWORK_RANK[f.framework]:
-                    f.framework = name
+        if line.no <= FRAMEWORK_HEAD and f.framework != "llamafactory":
+            self._framework(text)
         if " = " in text:
             m = _BANNER.search(text) or _UNSLOTH.search(text)
             if m:
@@ -338,6 +340,14 @@ class Parser:
                 self._set("precision", _DTYPES.get(m.group(2)), line)
         if "expandable_segments:True" in text and "try setting" not in text:
             self._set("expandable_segments", True, line)
+
+    def _framework(self, text):
+        """The framework a log comes from: logger names in its first lines, paths in its frames."""
+        m = _FRAMEWORK_RX.search(text)
+        if m:
+            name = _FRAMEWORK_OF[m.group(0)]
+            if self.f.framework is None or _FRAMEWORK_RANK[name] < _FRAMEWORK_RANK[self.f.framework]:
+                self.f.framework = name
 
     def _banner(self, line, text):
         for m in list(_BANNER.finditer(text)) + list(_UNSLOTH.finditer(text)):
