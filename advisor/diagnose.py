@@ -14,7 +14,7 @@ from .record import Record
 from .rules import Facts as RuleFacts, match
 from .timeline import Facts, Timeline
 from .traceback import decisive_frames, frames_of, parse_frame
-from .units import round_gib
+from .units import fmt_gib, round_gib
 
 SCHEMA = "oom-doctor/diagnosis/v1"
 _DEFAULT_COMPONENT = {"load": "weights", "first_step": "activations", "mid_training": "activations",
@@ -143,7 +143,7 @@ def _format(template, values):
 
 
 def _fmt_gib(x):
-    return "?" if x is None else (f"{x * 1024:.0f} MiB" if x < 1 else f"{x:.2f} GiB")
+    return fmt_gib(x, missing="?")
 
 
 def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rules=None) -> Diagnosis:

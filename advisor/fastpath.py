@@ -62,15 +62,9 @@ class _File:
         start, stop = max(0, span.start or 0), min(self.size, self.size if span.stop is None else span.stop)
         return os.pread(self.fd, stop - start, start) if stop > start else b""
 
-    def rfind(self, needle, start, end):
-        return _last(self, (needle,), end) if end > start else -1
-
-    def find(self, needle, start):
-        return _first(self, (needle,), start)
-
 
 def _fileno(stream):
-    """The descriptor of a regular file (mmap-able); None for pipes, terminals and in-memory data."""
+    """The descriptor of a regular file (seekable, positional reads); None for pipes, terminals and in-memory data."""
     try:
         fd = stream.fileno()
         return fd if stat.S_ISREG(os.fstat(fd).st_mode) else None

@@ -37,3 +37,10 @@ def parse_count(text):
 
 def round_gib(x, nd=3):
     return None if x is None else round(x, nd)
+
+
+def fmt_gib(x, missing="—"):
+    """0.5 -> '512 MiB', 23.6 -> '23.60 GiB': the way the allocator would print it."""
+    if x is None:
+        return missing
+    return f"{x * 1024:.0f} MiB" if abs(x) < 1 else f"{x:.2f} GiB"

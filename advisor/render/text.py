@@ -1,6 +1,7 @@
 """Plain-text report for a terminal; colour only when asked (a TTY without NO_COLOR)."""
 
 from ..i18n import label
+from ..units import fmt_gib
 
 _COLORS = {"red": "31", "green": "32", "yellow": "33", "bold": "1", "dim": "2", "cyan": "36"}
 
@@ -9,10 +10,6 @@ def _c(text, color, on):
     return f"\x1b[{_COLORS[color]}m{text}\x1b[0m" if on else text
 
 
-def fmt_gib(x):
-    if x is None:
-        return "—"
-    return f"{x * 1024:.0f} MiB" if abs(x) < 1 else f"{x:.2f} GiB"
 
 
 def memory_rows(memory, lang):
