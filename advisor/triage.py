@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 from statistics import median
 from typing import Optional
 
+from .units import fmt_gib
+
 SIMILARITY = 90          # token_sort_ratio at or above which two signatures are one failure
 MAX_FRAMES = 3           # innermost frames kept: the ones that name what asked for memory
 _ERROR_MARKERS = ("oom_error", "host_oom", "killed", "error", "cascade")
@@ -181,38 +183,14 @@ def _make_group(key, leader, members, scores, total, lang):
     return g
 
 
-# What each plan action means, in the words of a support reply (the plan's own `display` wins when present).
-ACTIONS = {
-    "reduce_batch": ("halve the per-device batch size", "把单卡 batch size 减半"),
-    "grad_accum": ("raise gradient accumulation to keep the effective batch", "增大梯度累积步数，保持等效 batch 不变"),
-    "grad_checkpointing": ("turn on gradient checkpointing", "开启梯度检查点"),
-    "reduce_seq_len": ("shorten the maximum sequence length (cutoff)", "缩短最大序列长度（cutoff）"),
-    "precision": ("train in bf16/fp16 instead of fp32", "用 bf16/fp16 代替 fp32 训练"),
-    "quantize": ("load the model in 4 bit (QLoRA)", "以 4 bit 加载模型（QLoRA）"),
-    "use_lora": ("fine-tune with LoRA instead of all weights", "用 LoRA 代替全参数微调"),
-    "optimizer_8bit": ("use an 8-bit or paged optimizer", "使用 8 bit 或分页优化器"),
-    "smaller_model": ("pick a smaller model", "换一个更小的模型"),
-    "zero_sharding": ("shard with DeepSpeed ZeRO-2/3 across the GPUs", "用 DeepSpeed ZeRO-2/3 在多卡间切分"),
-    "cpu_offload": ("offload to CPU (and gather 16-bit weights on save off)", "卸载到 CPU（保存时不收集 16 bit 权重）"),
-    "free_other_process": ("free the GPU from other processes or pick another card", "释放被其他进程占用的显卡，或换一张卡"),
-    "expandable_segments": ("set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-                            "设置 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
-    "eval_batch": ("lower per_device_eval_batch_size", "调小 per_device_eval_batch_size"),
-    "eval_accumulation": ("set eval_accumulation_steps to move eval outputs to the CPU",
-                          "设置 eval_accumulation_steps，把评估输出移到 CPU"),
-    "fix_non_memory_bug": ("fix the underlying error — memory settings will not help", "修复真正的错误——调整显存设置没有用"),
-    "more_host_ram": ("give the job more host RAM, or load with low_cpu_mem_usage and fewer workers",
-                      "增加主机内存，或用 low_cpu_mem_usage 加载并减少预处理进程"),
-}
-
-
 def _gib(x):
-    return "?" if x is None else (f"{x * 1024:.0f} MiB" if x < 1 else f"{x:.2f} GiB")
+    return fmt_gib(x, missing="?")
 
 
 def _step_text(step, zh):
     # The representative's own values (1024 -> 512) may not fit the other members: say the move, not the numbers.
-    return step.get("display") or ACTIONS.get(step["action"], (step["action"],) * 2)[zh]
+    from .planwords import SHORT
+    return step.get("display") or SHORT.get(step["action"], (step["action"],) * 2)[zh]
 
 
 def reply(g, rep, lang="en"):
