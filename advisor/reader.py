@@ -311,6 +311,14 @@ def logical_lines(stream, start_no=1):
                 continue
             yield Line(no, text, rank)
 
+    def plain(no, raw):
+        """The common line: no redraw, no wrap in force, nothing carried over — no generator needed."""
+        seg = strip_ansi(raw)
+        if seg[:1] in "[(" and seg or ": " in seg[:140]:
+            text, rank = strip_wrappers(seg)
+            return Line(no, text, rank)
+        return Line(no, seg, None)
+
     def decide(raws):
         texts = [strip_ansi(r.rstrip("\r")) for r in raws]      # what a terminal showed: its widths
         width = detect_wrap_width([len(t) for t in texts])
@@ -326,14 +334,23 @@ def logical_lines(stream, start_no=1):
             width = decide([r for _, r in pending])
             decided = True
             for pno, praw in pending:
-                yield from emit(pno, praw)
+                if width is None and carry is None and "\r" not in praw:
+                    yield plain(pno, praw)
+                else:
+                    yield from emit(pno, praw)
             pending = []
             continue
-        yield from emit(no, raw)
+        if width is None and carry is None and "\r" not in raw:
+            yield plain(no, raw)
+        else:
+            yield from emit(no, raw)
     if not decided:
         width = decide([r for _, r in pending])
         for pno, praw in pending:
-            yield from emit(pno, praw)
+            if width is None and carry is None and "\r" not in praw:
+                yield plain(pno, praw)
+            else:
+                yield from emit(pno, praw)
     if carry is not None:
         yield flush()
 
