@@ -24,7 +24,7 @@ _PATTERNS = [
     (DEVICE_OOM, "nccl", r"Cuda failure '?out of memory"),
     (DEVICE_OOM, "driver", r"\b(?:CUDA|HIP|cuda|hip)(?: driver| runtime)? ?(?:error|Error|ERROR):? ?out of memory|cudaErrorMemoryAllocation"
                            r"|hipErrorOutOfMemory|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY|PT_DEVMEM Allocation failed"
-                           r"|RESOURCE_EXHAUSTED: Out of memory|No available memory for the cache blocks"
+                           r"|RESOURCE_EXHAUSTED: Out of memory|No available memory for the cache blocks|Error \[CUDA\]: out of memory"
                            r"|maximum number of tokens that can be stored in KV cache"),
     (DEVICE_OOM, "npu_driver", r"\bEL0004\b|driver error:\s*out of memory"),
     (DEVICE_OOM, "cublas_alloc", r"\bCU(?:BLAS|SOLVER|DNN|SPARSE|FFT)_STATUS_ALLOC_FAILED"),

@@ -112,6 +112,7 @@ def test_host_bytes():
     ("ValueError: The model's max seq len (32768) is larger than the maximum number of tokens that can be stored in "
      "KV cache (20224). Try increasing `gpu_memory_utilization` or decreasing `max_model_len`", sig.DEVICE_OOM),
     ("OSError: [WinError 1455] The paging file is too small for this operation to complete", sig.HOST_OOM),
+    ("RuntimeError: Triton Error [CUDA]: out of memory", sig.DEVICE_OOM),
 ])
 def test_more_memory_dialects(line, kind):
     assert sig.classify(line)[0] == kind
