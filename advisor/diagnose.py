@@ -132,7 +132,8 @@ def _last_progress_line(t):
     return marker.line if marker is not None and marker.kind == "step" else 0
 
 
-def _format(template, values):
+def fill(template, values):
+    """A rule text with its {placeholders} filled; an unknown one reads '?'."""
     class Missing(dict):
         def __missing__(self, key):
             return "?"
@@ -142,8 +143,13 @@ def _format(template, values):
         return template
 
 
-def _fmt_gib(x):
-    return fmt_gib(x, missing="?")
+def text_values(memory, step=None, total_steps=None, phase="unknown"):
+    """What a rule's summary and explanation may name: {tried}, {total}, {step}…"""
+    gib = {name: fmt_gib(memory.get(key), missing="?") for name, key in (
+        ("tried", "tried_gib"), ("total", "total_gib"), ("free", "free_gib"),
+        ("reserved_unallocated", "reserved_unallocated_gib"), ("allocated", "allocated_by_pytorch_gib"),
+        ("other", "other_processes_gib"))}
+    return {**gib, "step": "?" if step is None else step, "total_steps": total_steps or "?", "phase": phase}
 
 
 def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rules=None) -> Diagnosis:
@@ -196,19 +202,13 @@ def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rul
     if t.exact_lines is not None:
         for e in evidence:
             e.approximate = e.line > t.exact_lines
-    values = {
-        "tried": _fmt_gib(memory.get("tried_gib")), "total": _fmt_gib(memory.get("total_gib")),
-        "free": _fmt_gib(memory.get("free_gib")), "reserved_unallocated": _fmt_gib(memory.get("reserved_unallocated_gib")),
-        "allocated": _fmt_gib(memory.get("allocated_by_pytorch_gib")),
-        "other": _fmt_gib(memory.get("other_processes_gib")), "step": merged.step if merged.step is not None else "?",
-        "total_steps": merged.total_steps or "?", "phase": final_phase,
-    }
+    values = text_values(memory, merged.step, merged.total_steps, final_phase)
     return Diagnosis(
         source=t.source, verdict=rule.verdict, accelerator=_accelerator(decisive, t), phase=final_phase,
         component=component, confidence=rule.confidence, rule=rule.id,
-        summary=_format(getattr(rule.summary, lang), values), evidence=evidence, memory=memory,
+        summary=fill(getattr(rule.summary, lang), values), evidence=evidence, memory=memory,
         facts=merged.model_dump(), title=getattr(rule.title, lang),
-        explanation=_format(getattr(rule.explanation, lang), values), lang=lang,
+        explanation=fill(getattr(rule.explanation, lang), values), lang=lang,
         earlier_failures=t.earlier_failures, ranks=t.ranks,
     )
 

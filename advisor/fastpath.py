@@ -16,7 +16,7 @@ import io
 import os
 import stat
 
-from .parser import Parser
+from .parser import Parser, parse
 from .reader import InputError, logical_lines, sniff_encoding
 
 BIG = 16 << 20
@@ -73,10 +73,7 @@ def _fileno(stream):
 
 
 def _parse_all(stream, source):
-    parser = Parser(source)
-    for line in logical_lines(stream):
-        parser.feed(line)
-    return parser.finish()
+    return parse(logical_lines(stream), source)
 
 
 def _line_start(mm, pos):

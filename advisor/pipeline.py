@@ -4,11 +4,11 @@ read -> parse -> diagnose -> budget -> plan -> patch; each stage is importable o
 """
 
 import io
+import sys
 
 from .config import load_config
 from .diagnose import diagnose_timeline
-from .parser import parse
-from .reader import logical_lines, open_source
+from .reader import open_source
 
 
 def diagnose_path(path, config_path=None, lang="en", gpu=None, model=None, params=None, with_plan=True):
@@ -16,7 +16,7 @@ def diagnose_path(path, config_path=None, lang="en", gpu=None, model=None, param
     try:
         return diagnose_stream(stream, name, config_path, lang, gpu, model, params, with_plan)
     finally:
-        if stream is not getattr(__import__("sys").stdin, "buffer", None):
+        if stream is not getattr(sys.stdin, "buffer", None):
             stream.close()
 
 
@@ -38,6 +38,3 @@ def diagnose_stream(stream, source, config_path=None, lang="en", gpu=None, model
         complete(diagnosis, config=config, gpu=gpu, model=model, params=params)
     return diagnosis
 
-
-def parse_stream(stream, source):
-    return parse(logical_lines(stream), source)

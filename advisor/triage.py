@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass, field
 from statistics import median
 from typing import Optional
 
-from .units import fmt_gib
 
 SIMILARITY = 90          # token_sort_ratio at or above which two signatures are one failure
 MAX_FRAMES = 3           # innermost frames kept: the ones that name what asked for memory
@@ -183,10 +182,6 @@ def _make_group(key, leader, members, scores, total, lang):
     return g
 
 
-def _gib(x):
-    return fmt_gib(x, missing="?")
-
-
 def _step_text(step, zh):
     # The representative's own values (1024 -> 512) may not fit the other members: say the move, not the numbers.
     from .planwords import SHORT
@@ -196,6 +191,7 @@ def _step_text(step, zh):
 def reply(g, rep, lang="en"):
     """(title, reply) for a group: the cause in one sentence, then the first two plan steps of the
     representative's diagnosis `rep` (the rule's own ladder when it carries no plan)."""
+    from .diagnose import fill, text_values
     from .rules import rules_by_id
     rule = rules_by_id().get(g.rule)
     zh = lang == "zh"
@@ -203,11 +199,7 @@ def reply(g, rep, lang="en"):
         title, summary = rep.get("title", ""), rep.get("summary", "")
     else:
         title = getattr(rule.title, lang)
-        values = {"tried": _gib(g.memory["tried_gib"]), "total": _gib(g.memory["total_gib"]),
-                  "reserved_unallocated": _gib(g.memory["reserved_unallocated_gib"]),
-                  "allocated": _gib(g.memory["allocated_by_pytorch_gib"]),
-                  "step": "?" if g.step is None else g.step}
-        summary = re.sub(r"\{(\w+)\}", lambda m: str(values.get(m.group(1), "?")), getattr(rule.summary, lang))
+        summary = fill(getattr(rule.summary, lang), text_values(g.memory, g.step, phase=g.phase))
     plan = [s for s in (rep.get("plan") or []) if s.get("action") not in (None, "none") and not s.get("alternative")]
     for action in (rule.actions if rule else []):      # the plan may be short: the rule's ladder fills it
         if len(plan) >= 2:

@@ -10,7 +10,6 @@ and diagnosing a 200-line log, each against `python3 -c pass` (median of 7 runs)
 """
 
 import argparse
-import os
 import shutil
 import statistics
 import subprocess

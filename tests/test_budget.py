@@ -1,6 +1,5 @@
 """The memory budget: the course's worked examples, the measured ground truth, names people write."""
 
-import csv
 import json
 import subprocess
 import sys

@@ -7,7 +7,6 @@ requested size, and no element whose text overflows its box at 375 px and 1280 p
 """
 
 import functools
-import json
 import os
 import re
 import shutil

@@ -2,7 +2,6 @@
 
 import json
 
-import pytest
 
 from advisor.pipeline import diagnose_path, diagnose_text
 from conftest import REAL_LOGS, SAMPLES

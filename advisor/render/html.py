@@ -213,12 +213,6 @@ def diff_lines(patch):
     return out
 
 
-def change_text(step):
-    from .text import _v
-    ch = step.get("changes") or {}
-    return [f"{k}: {_v(v[0])} → {_v(v[1])}" for k, v in ch.items()] or [step.get("display") or ""]
-
-
 def render_html(d, lang="en"):
     from .text import fact_rows, memory_rows
     mem = d.memory or {}
@@ -246,6 +240,7 @@ def render_html(d, lang="en"):
         pic = picture(rows, capacity, usable, lang)
     elif d.verdict == "device_oom":
         note = word("no_picture", lang)
+    from .text import change_text
     plan = [dict(s, n=i, change=change_text(s)) for i, s in enumerate(d.plan or [], 1)]
     return _page("diagnose.html.j2", lang, d=d, pic=pic, pic_note=note, tl=timeline(d, lang), plan=plan,
                  diff=diff_lines(d.patch), memory=memory_rows(mem, lang), facts=fact_rows(d.facts or {}),

@@ -65,15 +65,20 @@ def render_text(d, lang="en", color=False):
     return "\n".join(out) + "\n"
 
 
-def _v(value):
+def show_value(value):
     if value is None:
         return "unset"
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def step_line(step, lang):
+def change_text(step):
+    """A step's changes as 'key: old → new' lines, or what to do outside the config."""
     changes = step.get("changes") or {}
-    change = ", ".join(f"{k}: {_v(v[0])} → {_v(v[1])}" for k, v in changes.items()) or step.get("display", "")
+    return [f"{k}: {show_value(v[0])} → {show_value(v[1])}" for k, v in changes.items()] or [step.get("display") or ""]
+
+
+def step_line(step, lang):
+    change = ", ".join(t for t in change_text(step) if t)
     bits = [step["action"]]
     if change:
         bits.append(change)
