@@ -139,23 +139,38 @@ def _decoded_chunks(stream):
         yield tail
 
 
-def physical_lines(stream):
-    """Yield physical lines (without '\\n'); an overlong line keeps only its head and tail."""
-    head, tail, overflow = "", "", False
+def physical_batches(stream):
+    """Yield (lines, coloured) per decoded chunk: the physical lines the chunk completes (without
+    '\\n'; an overlong one keeps only its head and tail), and whether the chunk holds any colour code
+    (a chunk without one needs no stripping, line by line)."""
+    limit = MAX_LINE_HEAD + MAX_LINE_TAIL
+    head, tail, overflow = "", "", False        # the line still open at the chunk's end
     for text in _decoded_chunks(stream):
-        parts = text.split("\n")
+        coloured = "\x1b" in text or _REMNANT.search(text) is not None \
+            or _REMNANT.search((tail or head)[-12:] + text[:12]) is not None    # a code cut by the chunk
+        # CRLF -> LF for the whole chunk, not line by line (a '\r' cut from its '\n' by the chunk's end
+        # stays behind as trailing whitespace, which resolve_redraws drops)
+        parts = text.replace("\r\n", "\n").split("\n")
+        if len(parts) > 2 and not overflow and len(head) + len(parts[0]) <= limit \
+                and max(map(len, parts[1:-1])) <= limit:
+            batch = parts[:-1]                   # the common chunk: no line to bound
+            batch[0] = head + batch[0]
+            head, parts = "", parts[-1:]
+        else:
+            batch = []
         for i, part in enumerate(parts):
             if overflow:
                 tail = (tail + part)[-MAX_LINE_TAIL:]
             else:
                 head += part
-                if len(head) > MAX_LINE_HEAD + MAX_LINE_TAIL:
+                if len(head) > limit:
                     head, tail, overflow = head[:MAX_LINE_HEAD], head[-MAX_LINE_TAIL:], True
             if i < len(parts) - 1:
-                yield head + ("\r" + tail if overflow else "")
+                batch.append(head + ("\r" + tail if overflow else ""))
                 head, tail, overflow = "", "", False
+        yield batch, coloured
     if head or tail:
-        yield head + ("\r" + tail if overflow else "")
+        yield [head + ("\r" + tail if overflow else "")], False
 
 
 def resolve_redraws(text):
@@ -183,17 +198,19 @@ def strip_prefixes(text):
 
 def strip_wrappers(text):
     """Remove paste line numbers, host and rank prefixes from an ANSI-free line; (text, rank or None)."""
-    if text[:1] == "[":
+    # cheap character tests first: most lines have none of these prefixes
+    if text[:1] == "[" and text[1:2].isdigit():
         text = _PASTE_NO.sub("", text, count=1)
     rank = None
     for _ in range(3):
         first = text[:1]
-        m = _RANK.match(text) if first == "[" else None
+        m = _RANK.match(text) if first == "[" and "]:" in text else None
         if m:
             rank = int(m.group(1) or m.group(2))
             text = text[m.end():]
             continue
-        m = _RAY.match(text) if first == "(" else _HOST.match(text) if ": " in text[:140] else None
+        m = _RAY.match(text) if first == "(" else \
+            _HOST.match(text) if first.isalnum() and ": " in text[:140] else None
         if m and not text[:m.end()].rstrip(": ").endswith(("Error", "Exception", "Warning")):
             text = text[m.end():]
             continue
@@ -280,12 +297,17 @@ def plausible_wrap(texts, width):
     return wrap > natural
 
 
+def _same(text):
+    return text
+
+
 def logical_lines(stream, start_no=1):
     """Yield normalised Line objects from a binary stream."""
     pending = []          # first lines, held back until the wrap width is known
     width = None
-    decided = False
     carry = None          # [no, pieces, rank, length] of a line that may continue on the next one
+    clean = _same         # strip_ansi from the first chunk that holds a colour code on (it leaves
+                          # a line without one as it is, so it is right for earlier lines too)
 
     def flush():
         nonlocal carry
@@ -295,7 +317,7 @@ def logical_lines(stream, start_no=1):
     def emit(no, raw):
         nonlocal carry
         for seg in resolve_redraws(raw):
-            seg = strip_ansi(seg)               # a terminal wraps what it shows, not escape codes
+            seg = clean(seg)                    # a terminal wraps what it shows, not escape codes
             wrapped = width is not None and len(seg) == width
             if carry is not None and (carry[3] > MAX_LINE_HEAD + MAX_LINE_TAIL or _NEW_RECORD.match(seg)):
                 yield flush()                   # bounded like a physical line: never a quadratic join
@@ -311,46 +333,47 @@ def logical_lines(stream, start_no=1):
                 continue
             yield Line(no, text, rank)
 
-    def plain(no, raw):
-        """The common line: no redraw, no wrap in force, nothing carried over — no generator needed."""
-        seg = strip_ansi(raw)
+    def plain(no, seg):
+        """The common line, colour already stripped: no redraw, no wrap in force, nothing carried over."""
         if seg[:1] in "[(" and seg or ": " in seg[:140]:
             text, rank = strip_wrappers(seg)
             return Line(no, text, rank)
         return Line(no, seg, None)
 
-    def decide(raws):
-        texts = [strip_ansi(r.rstrip("\r")) for r in raws]      # what a terminal showed: its widths
+    def release():
+        """Decide the wrap width from the held first lines (what a terminal showed: their widths
+        without colour codes), then emit them."""
+        nonlocal width
+        texts = [clean(raw.rstrip("\r")) for _, raw in pending]
         width = detect_wrap_width([len(t) for t in texts])
-        if width and plausible_wrap(texts, width):
-            return width
-        return confirmed_wrap_width(texts)
+        if not (width and plausible_wrap(texts, width)):
+            width = confirmed_wrap_width(texts)
+        for (no, raw), seg in zip(pending, texts):
+            if width is None and carry is None and "\r" not in raw:
+                yield plain(no, seg)
+            else:
+                yield from emit(no, raw)
 
-    for no, raw in enumerate(physical_lines(stream), start_no):
-        if not decided:
-            pending.append((no, raw))
+    no = start_no - 1
+    for batch, coloured in physical_batches(stream):
+        if coloured:
+            clean = strip_ansi
+        if pending is not None:
+            room = WRAP_SAMPLE - len(pending)
+            pending.extend((no + i, raw) for i, raw in enumerate(batch[:room], 1))
+            no += min(room, len(batch))
             if len(pending) < WRAP_SAMPLE:
                 continue
-            width = decide([r for _, r in pending])
-            decided = True
-            for pno, praw in pending:
-                if width is None and carry is None and "\r" not in praw:
-                    yield plain(pno, praw)
-                else:
-                    yield from emit(pno, praw)
-            pending = []
-            continue
-        if width is None and carry is None and "\r" not in raw:
-            yield plain(no, raw)
-        else:
-            yield from emit(no, raw)
-    if not decided:
-        width = decide([r for _, r in pending])
-        for pno, praw in pending:
-            if width is None and carry is None and "\r" not in praw:
-                yield plain(pno, praw)
+            yield from release()
+            pending, batch = None, batch[room:]
+        for raw in batch:
+            no += 1
+            if width is None and carry is None and "\r" not in raw:
+                yield plain(no, clean(raw))
             else:
-                yield from emit(pno, praw)
+                yield from emit(no, raw)
+    if pending:
+        yield from release()
     if carry is not None:
         yield flush()
 

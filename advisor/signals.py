@@ -14,40 +14,46 @@ from .units import to_gib
 DEVICE_OOM, HOST_OOM, HOST_KILL, ERROR, CASCADE = "device_oom", "host_oom", "host_kill", "error", "cascade"
 STRENGTH = {DEVICE_OOM: 0, HOST_OOM: 0, HOST_KILL: 1, ERROR: 2, CASCADE: 3}
 
-# (kind, dialect, pattern). Order matters inside a line: the first match classifies it.
+# (kind, dialect, pattern). Order matters inside a line: the first match classifies it. Every pattern
+# opens with literal text or a group of literals (never \b, \s or a lookaround), or is anchored with ^:
+# Python's re then skips along the line by a fast scan instead of trying the pattern at every position
+# (3x faster over the lines that pass the key prefilter). Ray's memory monitor reports *host* memory
+# under the name OutOfMemoryError, so it is tested before PyTorch's.
 _PATTERNS = [
     (CASCADE, "launcher", r"closing signal SIG\w+|ChildFailedError|CalledProcessError|returned non-zero exit status"
                           r"|Killing subprocess|Root Cause \(first observed failure\)|process \d+ terminated with exit code"),
-    (DEVICE_OOM, "caching_allocator", r"\b(?:CUDA|HIP|XPU|NPU) out of memory\b"),
+    (DEVICE_OOM, "caching_allocator", r"(?:CUDA|HIP|XPU|NPU) out of memory\b"),
     (DEVICE_OOM, "mps", r"MPS backend out of memory"),
     (DEVICE_OOM, "malloc_async", r"would exceed allowed memory\. \(out of memory\)"),
     (DEVICE_OOM, "nccl", r"Cuda failure '?out of memory"),
-    (DEVICE_OOM, "driver", r"\b(?:CUDA|HIP|cuda|hip)(?: driver| runtime)? ?(?:error|Error|ERROR):? ?out of memory|cudaErrorMemoryAllocation"
-                           r"|hipErrorOutOfMemory|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY|PT_DEVMEM Allocation failed"
-                           r"|RESOURCE_EXHAUSTED: Out of memory|No available memory for the cache blocks|Error \[CUDA\]: out of memory"
-                           r"|maximum number of tokens that can be stored in KV cache"),
-    (DEVICE_OOM, "npu_driver", r"\bEL0004\b|driver error:\s*out of memory"),
-    (DEVICE_OOM, "cublas_alloc", r"\bCU(?:BLAS|SOLVER|DNN|SPARSE|FFT)_STATUS_ALLOC_FAILED"),
+    (DEVICE_OOM, "driver", r"(?:CUDA|HIP|cuda|hip)(?: driver| runtime)? ?(?:error|Error|ERROR):? ?out of memory"),
+    (DEVICE_OOM, "driver", r"cudaErrorMemoryAllocation|hipErrorOutOfMemory|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY"
+                           r"|PT_DEVMEM Allocation failed|RESOURCE_EXHAUSTED: Out of memory|No available memory for the cache blocks"
+                           r"|Error \[CUDA\]: out of memory|maximum number of tokens that can be stored in KV cache"),
+    (DEVICE_OOM, "npu_driver", r"EL0004\b|driver error:\s*out of memory"),
+    (DEVICE_OOM, "cublas_alloc", r"CU(?:BLAS|SOLVER|DNN|SPARSE|FFT)_STATUS_ALLOC_FAILED"),
     (DEVICE_OOM, "nvml_assert", r"NVML_SUCCESS == r INTERNAL ASSERT FAILED"),
-    (DEVICE_OOM, "oom_exception", r"\b(?:torch\.)?(?:cuda\.)?OutOfMemoryError\b(?!\s*Traceback)"),
-    (HOST_OOM, "cpu_allocator", r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)"),
-    (HOST_OOM, "bad_alloc", r"std::bad_alloc|^(?:\w+\.)*_?(?:Array|Arrow)?MemoryError\b|Cannot allocate memory"
-                             r"|Unable to allocate [\d.]+ \w+ for an array|paging file is too small"),
     (HOST_OOM, "ray_memory_monitor", r"ray\.exceptions\.OutOfMemoryError|node running low on memory"),
+    (DEVICE_OOM, "oom_exception", r"OutOfMemoryError\b(?!\s*Traceback)"),
+    (HOST_OOM, "cpu_allocator", r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)"),
+    (HOST_OOM, "bad_alloc", r"std::bad_alloc|Cannot allocate memory|Unable to allocate [\d.]+ \w+ for an array"
+                            r"|paging file is too small"),
+    (HOST_OOM, "bad_alloc", r"^(?:\w+\.)*_?(?:Array|Arrow)?MemoryError\b"),
     (HOST_KILL, "sigkill", r"exitcode\s*:?\s*-9\b|exit (?:code|status)\s*:?\s*(?:-9|137)\b|return code = -9\b"
-                           r"|Signal 9 \(SIGKILL\)|killed by signal: Killed|^Killed\b|^\[\d+\][+-]?\s+Killed\b"
-                           r"|Out of memory: Kill(?:ed)? process"
+                           r"|Signal 9 \(SIGKILL\)|killed by signal: Killed|Out of memory: Kill(?:ed)? process"
                            r"|OOMKilled|oom[-_]kill|SIGKILL by OOM killer|Signals\.SIGKILL"),
+    (HOST_KILL, "sigkill", r"^(?:\[\d+\][+-]?\s+)?Killed\b"),
     (CASCADE, "launcher", r"failed \(exitcode: ?-?\d+\)|exitcode\s*:\s*-?\d+ \(pid|exits with return code = -?\d+"
                           r"|sigkill_handler"),
-    (ERROR, "cuda_error", r"\b(?:CUDA|HIP|cuda|hip|CUDA driver) (?:error|Error)\b"),
+    (ERROR, "cuda_error", r"(?:CUDA|HIP|cuda|hip|CUDA driver) (?:error|Error)\b"),
     (ERROR, "nccl", r"Watchdog caught collective operation timeout|NCCL operations have failed or timed out"
-                    r"|\bnccl\w*Error\b|NCCL (?:error|Error|WARN)|ProcessGroupNCCL.{0,1000}?(?:timeout|Timeout|timed out)"),
-    (ERROR, "native", r"terminate called after throwing|Segmentation fault|Signal (?:11|6|7) \(SIG|\bSIG(?:SEGV|ABRT|BUS)\b"
+                    r"|NCCL (?:error|Error|WARN)|ProcessGroupNCCL.{0,1000}?(?:timeout|Timeout|timed out)"),
+    (ERROR, "nccl", r"nccl\w*Error\b"),
+    (ERROR, "native", r"terminate called after throwing|Segmentation fault|Signal (?:11|6|7) \(SIG|SIG(?:SEGV|ABRT|BUS)\b"
                       r"|Bus error|what\(\):|Received \d+ death signal|cuBLAS API failed|CUBLAS_STATUS_\w+"
                       r"|CUDNN_STATUS_\w+|OutOfResources|INTERNAL ASSERT FAILED"),
-    (ERROR, "exception", r"^(?:[\w]+\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)"
-                         r"|^(?:ERROR|FATAL|CRITICAL)\b.*(?:Error|error|failed)"),
+    (ERROR, "exception", r"^(?:[\w]+\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)"),
+    (ERROR, "exception", r"^(?:ERROR|FATAL|CRITICAL)\b.*(?:Error|error|failed)"),
 ]
 _COMPILED = [(k, d, re.compile(p)) for k, d, p in _PATTERNS]
 

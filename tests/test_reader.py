@@ -79,3 +79,19 @@ def test_overlong_line_keeps_head_and_tail_only():
     assert got[0].text.endswith("199999/1000000 [00:00<00:00]")
     assert len(got[0].text) < 200
     assert got[1].text == "end"
+
+
+CHUNKED = ("plain start\r\n[INFO|2025-01-01 10:00:00] loader >> ok\r\n" * 3
+           + "[31mRuntimeError: boom\r\n[rank1]: " + OOM + "\r\n").encode()
+CUT = CHUNKED.index(b"[31m")
+
+
+@pytest.mark.parametrize("chunk", [5, 12, CUT + 1, CUT + 2, CUT + 3, 1 << 20])
+def test_chunk_boundaries_change_nothing(monkeypatch, chunk):
+    # Colour codes and CRLF are looked for per chunk: a code or a '\r\n' cut in two by a chunk's end
+    # must come out as when the whole log is one chunk (here the only colour is an ESC-less remnant).
+    import advisor.reader as reader
+    monkeypatch.setattr(reader, "CHUNK", chunk)
+    got = [(ln.no, ln.text, ln.rank) for ln in lines_of(CHUNKED)]
+    head = ["plain start", "[INFO|2025-01-01 10:00:00] loader >> ok"] * 3
+    assert got == [(i, text, None) for i, text in enumerate(head, 1)] + [(7, "RuntimeError: boom", None), (8, OOM, 1)]
