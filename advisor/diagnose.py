@@ -132,13 +132,15 @@ def _last_progress_line(t):
     return marker.line if marker is not None and marker.kind == "step" else 0
 
 
+class _Missing(dict):
+    def __missing__(self, key):
+        return "?"
+
+
 def fill(template, values):
     """A rule text with its {placeholders} filled; an unknown one reads '?'."""
-    class Missing(dict):
-        def __missing__(self, key):
-            return "?"
     try:
-        return template.format_map(Missing(values))
+        return template.format_map(_Missing(values))
     except (ValueError, IndexError):
         return template
 

@@ -98,7 +98,8 @@ class Parser:
         text = line.text
         if not text:
             return
-        self._progress(line, text)
+        if "%" in text or "{'" in text:       # a bar or a logged dict: the only lines _progress reads
+            self._progress(line, text)
         self._markers(line, text)
         self._facts(line, text)
         kind = sig.classify(text)

@@ -303,7 +303,7 @@ def _same(text):
 
 def logical_lines(stream, start_no=1):
     """Yield normalised Line objects from a binary stream."""
-    pending = []          # first lines, held back until the wrap width is known
+    held = []             # the first physical lines, held back until the wrap width is known
     width = None
     carry = None          # [no, pieces, rank, length] of a line that may continue on the next one
     clean = _same         # strip_ansi from the first chunk that holds a colour code on (it leaves
@@ -344,11 +344,11 @@ def logical_lines(stream, start_no=1):
         """Decide the wrap width from the held first lines (what a terminal showed: their widths
         without colour codes), then emit them."""
         nonlocal width
-        texts = [clean(raw.rstrip("\r")) for _, raw in pending]
+        texts = [clean(raw.rstrip("\r")) for raw in held]
         width = detect_wrap_width([len(t) for t in texts])
         if not (width and plausible_wrap(texts, width)):
             width = confirmed_wrap_width(texts)
-        for (no, raw), seg in zip(pending, texts):
+        for no, raw, seg in zip(range(start_no, start_no + len(held)), held, texts):
             if width is None and carry is None and "\r" not in raw:
                 yield plain(no, seg)
             else:
@@ -358,21 +358,21 @@ def logical_lines(stream, start_no=1):
     for batch, coloured in physical_batches(stream):
         if coloured:
             clean = strip_ansi
-        if pending is not None:
-            room = WRAP_SAMPLE - len(pending)
-            pending.extend((no + i, raw) for i, raw in enumerate(batch[:room], 1))
-            no += min(room, len(batch))
-            if len(pending) < WRAP_SAMPLE:
+        if held is not None:
+            room = WRAP_SAMPLE - len(held)
+            held += batch[:room]
+            if len(held) < WRAP_SAMPLE:
                 continue
             yield from release()
-            pending, batch = None, batch[room:]
+            no += len(held)
+            held, batch = None, batch[room:]
         for raw in batch:
             no += 1
             if width is None and carry is None and "\r" not in raw:
                 yield plain(no, clean(raw))
             else:
                 yield from emit(no, raw)
-    if pending:
+    if held:
         yield from release()
     if carry is not None:
         yield flush()

@@ -113,6 +113,9 @@ def test_host_bytes():
      "KV cache (20224). Try increasing `gpu_memory_utilization` or decreasing `max_model_len`", sig.DEVICE_OOM),
     ("OSError: [WinError 1455] The paging file is too small for this operation to complete", sig.HOST_OOM),
     ("RuntimeError: Triton Error [CUDA]: out of memory", sig.DEVICE_OOM),
+    # Ray's memory monitor kills a task when the *node's* RAM runs low, under PyTorch's exception name
+    ("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.", sig.HOST_OOM),
+    ("Killed", sig.HOST_KILL),
 ])
 def test_more_memory_dialects(line, kind):
     assert sig.classify(line)[0] == kind

@@ -213,3 +213,15 @@ def test_a_worker_that_dies_does_not_lose_its_files(tmp_path, monkeypatch):
     monkeypatch.setattr(tc, "_diagnose_chunk", dying)
     report = run_triage([str(folder)], jobs=2)
     assert sum(g["count"] for g in report["groups"]) == 10 and not report["errors"]
+
+
+def test_a_file_reached_twice_is_diagnosed_once(tmp_path):
+    from advisor.triage_cli import expand
+    log = tmp_path / "logs" / "a.log"
+    log.parent.mkdir()
+    log.write_text("RuntimeError: CUDA out of memory.\n")
+    (tmp_path / "logs" / "link.log").symlink_to(log)
+    files, missing = expand([str(log), str(tmp_path / "logs"), str(tmp_path / "logs" / ".." / "logs" / "a.log"),
+                             str(tmp_path / "nothing-here.log")])
+    assert files == [str(log)]
+    assert missing == [str(tmp_path / "nothing-here.log")]
