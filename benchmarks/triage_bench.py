@@ -44,8 +44,7 @@ _BAR = re.compile(r"(\|\s*)(\d+)/(\d+)( \[[^\]]*(?:it/s|s/it))")
 _HOME = re.compile(r"/(?:home|Users)/[\w.-]+|/root(?=/)|/opt/conda(?=/)|/usr/local(?=/lib/python)")
 _DROPPABLE = re.compile(r"loading file |loading weights file|^\s+\"[a-z_]+\": [^{\[]*,?$")
 HOMES = ["/data/bob", "/home/carol", "/mnt/nfs/u4711", "/workspace/dave", "/home/ubuntu", "/root", "/Users/erin"]
-# Dataset and tokenizer notices: no marker, no signal. "default" is as rare as in real logs (~1 % of
-# lines): it passes the "ault" prefilter of signals.classify and costs a full regex scan.
+# Dataset and tokenizer notices: no marker, no signal; their paths and hashes differ in every copy.
 PADS = [
     "[INFO|{ts}] datasets.builder:{n} >> Tokenized shard {a:05d} of {b:05d}: {c} examples, {d} tokens",
     "[INFO|{ts}] datasets.arrow_dataset:{n} >> Caching processed dataset at "
