@@ -9,6 +9,33 @@ REAL_LOGS = SHARED / "real_logs"
 SAMPLES = ROOT / "log_samples"
 
 
+def alternatives(pattern):
+    """A regular expression's top-level alternatives (split at '|' outside groups and classes)."""
+    out, depth, start, i, in_class = [], 0, 0, 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 1
+        elif in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+        elif c in "()":
+            depth += 1 if c == "(" else -1
+        elif c == "|" and depth == 0:
+            out.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    return out + [pattern[start:]]
+
+
+def opens_with_literal(alternative):
+    """True when Python's re can find the alternative by scanning for its first character: it starts
+    with a literal character (an escaped punctuation mark counts), not a class, anchor or group."""
+    c = alternative[:2]
+    return bool(c) and (c[0] not in "\\[(.^$?*+{|" or len(c) == 2 and c[0] == "\\" and not c[1].isalnum())
+
+
 @pytest.fixture
 def diagnose_text():
     from advisor.pipeline import diagnose_text as run

@@ -1,6 +1,7 @@
 """Every OOM dialect of the reference: classified, and its numbers read as DESIGN §3 defines them."""
 
 import pytest
+from conftest import alternatives, opens_with_literal
 
 from advisor import signals as sig
 
@@ -119,3 +120,17 @@ def test_host_bytes():
 ])
 def test_more_memory_dialects(line, kind):
     assert sig.classify(line)[0] == kind
+
+
+def test_signal_patterns_let_re_scan_fast():
+    # They run on every line that passes the key prefilter. An alternation whose branches all open
+    # with a literal character, or one group of such branches, or a pattern anchored at ^, is found
+    # by a fast scan; a leading \\b, class or lookaround makes re try every position (3x slower).
+    for kind, dialect, pattern in sig._PATTERNS:
+        branches = alternatives(pattern)
+        if len(branches) == 1 and pattern.startswith("^"):
+            continue
+        if len(branches) == 1 and pattern.startswith("(?:"):
+            inner = pattern[3:pattern.index(")")]
+            branches = alternatives(inner)
+        assert all(opens_with_literal(b) for b in branches), (dialect, pattern)
