@@ -65,7 +65,10 @@ def _decisive(signals):
     if not strong:
         return None
     best = min(sig.STRENGTH[s.kind] for s in strong)
-    return next(s for s in strong if sig.STRENGTH[s.kind] == best)
+    first = [s for s in strong if sig.STRENGTH[s.kind] == best]
+    # kernel assertions come before the exception that reports them: that exception (and its
+    # traceback) decides, and the assertions only when the paste was cut before it
+    return next((s for s in first if s.dialect != "device_assert"), first[0])
 
 
 def _index_of(window, line_no):

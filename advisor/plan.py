@@ -237,6 +237,9 @@ def observed_need(memory):
     return held + tried if held is not None and tried is not None else None
 
 
+_BATCH_MOVES = ("reduce_batch", "grad_accum", "grad_checkpointing", "reduce_seq_len", "eval_batch", "eval_accumulation")
+
+
 def candidates(diagnosis, rule, multi_gpu):
     from .rules import rules_by_id
     actions = list(rule.actions)
@@ -252,7 +255,11 @@ def candidates(diagnosis, rule, multi_gpu):
         actions.remove("reduce_seq_len")          # steps already fit: the batch that failed held a long sample
         actions.insert(0, "reduce_seq_len")
     if diagnosis.component == "fragmentation" or diagnosis.component == "other_process":
-        actions += ["reduce_batch", "grad_checkpointing", "reduce_seq_len"]
+        # then need less: a smaller footprint of what was being allocated when it failed
+        actions += list(rules_by_id()[PHASE_LADDER["load"]].actions) if diagnosis.phase == "load" \
+            else ["reduce_batch", "grad_checkpointing", "reduce_seq_len"]
+    if diagnosis.phase == "load":               # no batch exists yet: its size cannot matter
+        actions = [a for a in actions if a not in _BATCH_MOVES]
     seen, out = set(), []
     for a in actions:
         if a not in seen and a in BUILDERS:

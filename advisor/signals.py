@@ -41,7 +41,8 @@ _PATTERNS = [
     (HOST_OOM, "bad_alloc", r"^(?:\w+\.)*_?(?:Array|Arrow)?MemoryError\b"),
     (HOST_KILL, "sigkill", r"exitcode\s*:?\s*-9\b|exit (?:code|status)\s*:?\s*(?:-9|137)\b|return code = -9\b"
                            r"|Signal 9 \(SIGKILL\)|killed by signal: Killed|Out of memory: Kill(?:ed)? process"
-                           r"|OOMKilled|oom[-_]kill|SIGKILL by OOM killer|Signals\.SIGKILL"),
+                           r"|OOMKilled|oom[-_]kill|SIGKILL by OOM killer|Signals\.SIGKILL"
+                           r"|line \d+:\s+\d+ Killed\b"),        # bash: "train.sh: line 14: 3103923 Killed  python ..."
     (HOST_KILL, "sigkill", r"^(?:\[\d+\][+-]?\s+)?Killed\b"),
     (CASCADE, "launcher", r"failed \(exitcode: ?-?\d+\)|exitcode\s*:\s*-?\d+ \(pid|exits with return code = -?\d+"
                           r"|sigkill_handler"),
@@ -52,6 +53,8 @@ _PATTERNS = [
     (ERROR, "native", r"terminate called after throwing|Segmentation fault|Signal (?:11|6|7) \(SIG|SIG(?:SEGV|ABRT|BUS)\b"
                       r"|Bus error|what\(\):|Received \d+ death signal|cuBLAS API failed|CUBLAS_STATUS_\w+"
                       r"|CUDNN_STATUS_\w+|OutOfResources|INTERNAL ASSERT FAILED"),
+    # a CUDA kernel's assertion, printed once per failing thread before the exception that reports it
+    (ERROR, "device_assert", r"Assertion `[^`]*` failed"),
     (ERROR, "exception", r"^(?:[\w]+\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)"),
     (ERROR, "exception", r"^(?:ERROR|FATAL|CRITICAL)\b.*(?:Error|error|failed)"),
 ]
@@ -168,16 +171,21 @@ def parse_numbers(block):
         if total_reserved is not None and mem["allocated_by_pytorch_gib"] is not None:
             mem["reserved_unallocated_gib"] = max(0.0, total_reserved - mem["allocated_by_pytorch_gib"])
     mem["process_in_use_gib"] = _first(_FIELDS["this_process"], block)
-    procs = [to_gib(m.group(2)) for m in _PROCESS.finditer(block)]
-    if procs:
-        mem["other_processes_gib"] = _others(procs, mem)
+    listed = list(_PROCESS.finditer(block))
+    if listed:
+        # the message went on past the process lines without 'this process has': NVML could not
+        # tell the failing process by its PID (a container), so it is one of the listed ones
+        past = block[listed[-1].end():].lstrip(". ").startswith("Of")
+        mem["other_processes_gib"] = _others([to_gib(m.group(2)) for m in listed], mem, past)
     return mem
 
 
-def _others(procs, mem):
+def _others(procs, mem, self_listed=False):
     """Sum of the other processes' memory. Without a 'this process' line (NVML inside a container
     sees other PIDs), the failing process itself is listed as 'Process P has M' where M is about
     what PyTorch holds plus the CUDA context; that line is not another process."""
+    if mem["process_in_use_gib"] is None and self_listed and len(procs) == 1:
+        return 0.0
     if mem["process_in_use_gib"] is None and mem["allocated_by_pytorch_gib"] is not None:
         own = mem["allocated_by_pytorch_gib"] + (mem["reserved_unallocated_gib"] or 0.0)
         selfish = [p for p in procs if own - 0.05 <= p <= own + 4.0]

@@ -58,3 +58,32 @@ def test_warning_mentioning_memory_is_not_a_failure():
     log = "UserWarning: Using a slow image processor; memory usage may be higher.\n" + bars(1, 20) + \
         "{'train_runtime': 100.0, 'train_loss': 1.0, 'epoch': 1.0}\n"
     assert diagnose_text(log, with_plan=False).verdict == "no_failure"
+
+
+ASSERTS = "".join(f"../aten/src/ATen/native/cuda/Indexing.cu:1308: indexSelectLargeIndex: block: [{b},0,0], thread: "
+                  f"[{t},0,0] Assertion `srcIndex < srcSelectDimSize` failed.\n" for b, t in ((90, 3), (88, 65), (317, 13)))
+TRAIN = ("Traceback (most recent call last):\n"
+         '  File "/env/lib/python3.11/site-packages/transformers/trainer.py", line 3318, in training_step\n'
+         "    loss = self.compute_loss(model, inputs)\n")
+
+
+def test_kernel_assertions_decide_only_when_the_exception_was_cut_off():
+    full = "  0%|          | 0/294 [00:00<?, ?it/s]\n" + ASSERTS + TRAIN + \
+        "RuntimeError: CUDA error: device-side assert triggered\n"
+    d = diagnose_text(full, with_plan=False)
+    assert (d.verdict, d.rule, d.phase) == ("not_oom", "OOM905", "first_step")
+    assert "device-side assert triggered" in d.evidence[0].text      # the exception, with its traceback
+    d = diagnose_text("  0%|          | 0/294 [00:00<?, ?it/s]\n" + ASSERTS + TRAIN, with_plan=False)
+    assert (d.verdict, d.rule) == ("not_oom", "OOM905")               # not "incomplete": the asserts say what
+
+
+def test_adapter_loading_is_the_load_phase():
+    log = ('[rank2]:   File "/env/lib/python3.11/site-packages/peft/peft_model.py", line 1113, in load_adapter\n'
+           "[rank2]:     adapters_weights = load_peft_weights(model_id, device=torch_device)\n"
+           '[rank2]:   File "/env/lib/python3.11/site-packages/peft/utils/save_and_load.py", line 486, in load_peft_weights\n'
+           "[rank2]:     adapters_weights = safe_load_file(filename, device=device)\n"
+           '[rank2]:   File "/env/lib/python3.11/site-packages/safetensors/torch.py", line 315, in load_file\n'
+           "[rank2]:     result[k] = f.get_tensor(k)\n"
+           "[rank2]: RuntimeError: CUDA error: out of memory\n")
+    d = diagnose_text(log, with_plan=False)
+    assert (d.verdict, d.phase, d.component) == ("device_oom", "load", "weights")

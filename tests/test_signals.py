@@ -117,6 +117,9 @@ def test_host_bytes():
     # Ray's memory monitor kills a task when the *node's* RAM runs low, under PyTorch's exception name
     ("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.", sig.HOST_OOM),
     ("Killed", sig.HOST_KILL),
+    # bash reports a child killed by SIGKILL; here glued to the progress bar it interrupted
+    ("Loading checkpoint shards:  25%|##5       | 1/4 [00:08<00:24,  8.08s/it]/home/u/run.sh: line 14: 3103923 Killed"
+     "                  python train.py --config cfg.yaml", sig.HOST_KILL),
 ])
 def test_more_memory_dialects(line, kind):
     assert sig.classify(line)[0] == kind
@@ -134,3 +137,13 @@ def test_signal_patterns_let_re_scan_fast():
             inner = pattern[3:pattern.index(")")]
             branches = alternatives(inner)
         assert all(opens_with_literal(b) for b in branches), (dialect, pattern)
+
+
+def test_a_cut_message_that_lists_only_the_failing_process_has_no_other_process():
+    # Inside a container NVML cannot match the failing process's PID: the message lists it as
+    # "Process P has …" and goes straight on to "Of the allocated memory" (here cut right there).
+    cut = ("OutOfMemoryError: CUDA out of memory. Tried to allocate 9.47 GiB. GPU 0 has a total capacity of 14.75 GiB "
+           "of which 3.78 GiB is free. Process 2116 has 10.95 GiB memory in use. Of th")
+    assert sig.parse_numbers(cut)["other_processes_gib"] == 0.0
+    # cut before that point, the listed process may be another one: it stays counted
+    assert sig.parse_numbers(cut[:cut.index(" Of th")])["other_processes_gib"] == pytest.approx(10.95)
