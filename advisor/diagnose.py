@@ -165,7 +165,8 @@ def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rul
     memory, numbered = _memory(t, window)
 
     if decisive is not None:
-        dframes = decisive_frames(frames, decisive.line, decisive.rank, boundaries)
+        repeats = {s.line for s in t.signals if s.kind == decisive.kind}
+        dframes = decisive_frames(frames, decisive.line, decisive.rank, boundaries, repeats)
         idx = _index_of(window, decisive.line)
         error_text = _error_block(window, idx) if idx is not None else decisive.text
         signal = (decisive.kind, decisive.dialect)

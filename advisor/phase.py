@@ -29,10 +29,17 @@ _MODULE_TO = re.compile(r"torch/nn/modules/module\.py$")
 _GENERATE = re.compile(r"generate|_sample|_beam_search|greedy_search|_assisted_decoding|_prefill")
 
 
+_STATE_INIT = re.compile(r"zeros(?:_like)?\(")
+
+
 def _frame_phase(frame):
     func = frame.func
     if func in ("to", "_apply", "cuda") and _MODULE_TO.search(frame.path):
         return "load"                       # Module.to(): weights being moved onto the device
+    if func == "__init__" and frame.path.endswith("trainer.py"):
+        return "load"                       # a Trainer being built moves the model to the device
+    if "/optim/" in frame.path and (func == "init_state" or _STATE_INIT.search(frame.source)):
+        return "first_step"                 # an optimizer creates its states at its first step only
     if func == "backward" and "autograd" in frame.path:
         return None                         # autograd's own backward frames name no phase
     for phase, rx in _COMPILED:
@@ -44,7 +51,7 @@ def _frame_phase(frame):
 
 
 def phase_from_frames(frames):
-    """'load' | 'train' | 'evaluation' | 'checkpoint_save' | 'inference' | None."""
+    """'load' | 'train' | 'first_step' | 'evaluation' | 'checkpoint_save' | 'inference' | None."""
     weak = None
     for frame in reversed(frames):
         phase = _frame_phase(frame)
@@ -84,8 +91,21 @@ def phase_from_markers(context):
 _FORWARD = re.compile(r"(?<!\w)modeling_\w+\.py$|/peft/|torch/autograd/|torch/utils/checkpoint\.py$")
 
 
+def _called(frame):
+    """The innermost frame as the function its source line was calling: a traceback cut there
+    still says what ran (`model = load_model(...)`)."""
+    m = _CALL.search(frame.source)
+    return frame.model_copy(update={"func": m.group(1)}) if m else None
+
+
+_CALL = re.compile(r"(\w+)\(")
+
+
 def infer_phase(frames, context):
     by_frames = phase_from_frames(frames)
+    if by_frames is None and frames:
+        called = _called(frames[-1])
+        by_frames = _frame_phase(called) if called is not None else None
     if by_frames == "train":
         return training_phase(context)
     if by_frames:

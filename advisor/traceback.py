@@ -38,15 +38,22 @@ def frames_of(lines):
     return frames
 
 
-def decisive_frames(frames, signal_line, rank=None, boundaries=()):
+def decisive_frames(frames, signal_line, rank=None, boundaries=(), repeats=()):
     """The traceback that belongs to the failure at `signal_line`: frames since the previous
     traceback boundary (an earlier error line), of the same rank when ranks are known. When the
-    paste put the frames after the message (a quoted error line, then the trace), take those."""
+    paste put the frames after the message (a quoted error line, then the trace), take those; the
+    copies of the message on the lines right below it (`repeats`: other ranks, the exception's other
+    half) do not end that trace."""
     if rank is not None and any(f.rank is not None for f in frames):
         frames = [f for f in frames if f.rank in (rank, None)]
     start = max((b for b in boundaries if b < signal_line), default=0)
     before = [f for f in frames if start < f.line < signal_line]
     if before:
         return before
-    end = min((b for b in boundaries if b > signal_line), default=float("inf"))
+    last, end = signal_line, float("inf")
+    for b in sorted(b for b in boundaries if b > signal_line):
+        if b != last + 1 or b not in repeats:
+            end = b
+            break
+        last = b
     return [f for f in frames if signal_line < f.line < end]

@@ -87,3 +87,33 @@ def test_adapter_loading_is_the_load_phase():
            "[rank2]: RuntimeError: CUDA error: out of memory\n")
     d = diagnose_text(log, with_plan=False)
     assert (d.verdict, d.phase, d.component) == ("device_oom", "load", "weights")
+
+
+def test_a_trace_after_the_message_survives_the_copies_printed_below_it():
+    cpu = ("RuntimeError: [enforce fail at alloc_cpu.cpp:75] err == 0. DefaultCPUAllocator: can't allocate memory: "
+           "you tried to allocate 939524096 bytes. Error code 12 (Cannot allocate memory)\n")
+    log = cpu + cpu.replace("RuntimeError: ", "") + \
+        "Loading checkpoint shards:  40%|####      | 6/15 [01:44<02:36, 17.43s/it]\nTraceback (most recent call last):\n" \
+        '  File "/env/lib/python3.10/site-packages/transformers/models/auto/auto_factory.py", line 493, in from_pretrained\n' \
+        "    return model_class.from_pretrained(\n"
+    d = diagnose_text(log, with_plan=False)
+    assert (d.verdict, d.phase, d.component) == ("host_oom", "load", "host_memory")
+
+
+def test_a_trace_cut_after_its_last_call_still_names_the_phase():
+    # the innermost frame's source line is the call that was running when the paste stops
+    log = (OOM + "\n[rank5]: Traceback (most recent call last):\n"
+           '[rank5]:   File "/srv/LLaMA-Factory/src/llamafactory/train/sft/workflow.py", line 52, in run_sft\n'
+           "[rank5]:     model = load_model(tokenizer, model_args, finetuning_args, training_args.do_train)\n")
+    assert diagnose_text(log, with_plan=False).phase == "load"
+    built = (OOM + "\nTraceback (most recent call last):\n"
+             '  File "/srv/LLaMA-Factory/src/llmtuner/train/rm/trainer.py", line 23, in __init__\n'
+             "    super().__init__(*args, **kwargs)\n")
+    assert diagnose_text(built, with_plan=False).phase == "load"      # a Trainer being built
+
+
+def test_optimizer_state_creation_is_the_first_step():
+    log = ('  File "/env/lib/python3.9/site-packages/torch/optim/adamw.py", line 125, in _init_group\n'
+           '    state["exp_avg_sq"] = torch.zeros_like(\n' + OOM + "\n")
+    d = diagnose_text(log, with_plan=False)
+    assert (d.phase, d.component) == ("first_step", "optimizer_states")
