@@ -34,7 +34,7 @@ _STATE_INIT = re.compile(r"zeros(?:_like)?\(")
 
 def _frame_phase(frame):
     func = frame.func
-    if func in ("to", "_apply", "cuda") and _MODULE_TO.search(frame.path):
+    if func in ("to", "_apply", "cuda", "convert") and _MODULE_TO.search(frame.path):
         return "load"                       # Module.to(): weights being moved onto the device
     if func == "__init__" and frame.path.endswith("trainer.py"):
         return "load"                       # a Trainer being built moves the model to the device
@@ -85,6 +85,7 @@ def phase_from_markers(context):
         "train_start": training_phase(context), "step": training_phase(context),
         "eval_start": "evaluation", "eval_done": training_phase(context),
         "save": "checkpoint_save", "predict": "evaluation",
+        "train_done": "checkpoint_save",    # what follows the last step, unless an evaluation begins
     }.get(marker.kind, "unknown")
 
 

@@ -42,7 +42,8 @@ _PATTERNS = [
     (HOST_KILL, "sigkill", r"exitcode\s*:?\s*-9\b|exit (?:code|status)\s*:?\s*(?:-9|137)\b|return code = -9\b"
                            r"|Signal 9 \(SIGKILL\)|killed by signal: Killed|Out of memory: Kill(?:ed)? process"
                            r"|OOMKilled|oom[-_]kill|SIGKILL by OOM killer|Signals\.SIGKILL"
-                           r"|line \d+:\s+\d+ Killed\b"),        # bash: "train.sh: line 14: 3103923 Killed  python ..."
+                           r"|line \d+:\s+\d+ Killed\b"          # bash: "train.sh: line 14: 3103923 Killed  python ..."
+                           r"|it/s\]\s*Killed\b|s/it\]\s*Killed\b"),  # the shell's "Killed" after the bar it stopped
     (HOST_KILL, "sigkill", r"^(?:\[\d+\][+-]?\s+)?Killed\b"),
     (CASCADE, "launcher", r"failed \(exitcode: ?-?\d+\)|exitcode\s*:\s*-?\d+ \(pid|exits with return code = -?\d+"
                           r"|sigkill_handler"),

@@ -117,3 +117,15 @@ def test_optimizer_state_creation_is_the_first_step():
            '    state["exp_avg_sq"] = torch.zeros_like(\n' + OOM + "\n")
     d = diagnose_text(log, with_plan=False)
     assert (d.phase, d.component) == ("first_step", "optimizer_states")
+
+
+def test_module_conversion_is_loading_and_a_failure_after_the_last_step_is_the_save():
+    log = ('[rank1]:   File "/env/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1159, in convert\n'
+           "[rank1]:     return t.to(\n"
+           '[rank1]:   File "/env/lib/python3.11/site-packages/bitsandbytes/nn/modules.py", line 330, in to\n'
+           "[rank1]:     super().to(device=device, dtype=dtype, non_blocking=non_blocking),\n"
+           f"[rank1]: {OOM}\n")
+    assert diagnose_text(log, with_plan=False).phase == "load"
+    done = ("{'loss': 1.317, 'learning_rate': 0.0, 'epoch': 1.0}\n"
+            "{'train_runtime': 601.94, 'train_samples_per_second': 7.03, 'train_loss': 1.47, 'epoch': 1.0}\n" + OOM + "\n")
+    assert diagnose_text(done, with_plan=False).phase == "checkpoint_save"

@@ -120,6 +120,7 @@ def test_host_bytes():
     # bash reports a child killed by SIGKILL; here glued to the progress bar it interrupted
     ("Loading checkpoint shards:  25%|##5       | 1/4 [00:08<00:24,  8.08s/it]/home/u/run.sh: line 14: 3103923 Killed"
      "                  python train.py --config cfg.yaml", sig.HOST_KILL),
+    ("Loading checkpoint shards:  50%|#####     | 4/8 [02:10<02:22, 35.73s/it]Killed", sig.HOST_KILL),
 ])
 def test_more_memory_dialects(line, kind):
     assert sig.classify(line)[0] == kind
