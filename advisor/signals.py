@@ -101,9 +101,12 @@ _FIELDS = {
     "tried": re.compile(r"(?:Tried|tried)" + _W + "to" + _W + "allocate" + _W + r"(?:more" + _W + "than" + _W + ")?" + _S),
     "total": re.compile(r"total" + _W + r"capac(?:i)?ty" + _W + "of" + _W + _S + r"|" + _S + _W + "total" + _W + "capacity"),
     "free": re.compile(r"of" + _W + "which" + _W + _S + _W + r"is" + _W + "free|" + _S + _W + r"free\s*[;)]"),
-    "allocated": re.compile(_S + _W + r"is" + _W + "allocated" + _W + "by" + _W + "PyTorch|" + _S + _W + "already" + _W + "allocated"),
+    "allocated": re.compile(r"Of" + _W + "the" + _W + "allocated" + _W + "memory" + _W + _S    # kept when a paste cuts the rest
+                            + "|" + _S + _W + "already" + _W + "allocated"),
     "reserved_unallocated": re.compile(_S + _W + r"is" + _W + "reserved" + _W + "by" + _W + "PyTorch" + _W + "but" + _W + "unallocated"),
-    "reserved_total": re.compile(_S + _W + r"(?:reserved" + _W + "in" + _W + r"total|cached\))"),
+    "reserved_total": re.compile(_S + _W + r"reserved" + _W + "in" + _W + r"total"),
+    # PyTorch 1.0-1.3: cached but not allocated (it is printed smaller than 'already allocated')
+    "cached": re.compile(_S + _W + r"cached\)"),
     "this_process": re.compile(r"this" + _W + "process" + _W + "has" + _W + _S + _W + "memory" + _W + "in" + _W + "use"),
     "device": re.compile(r"(?:GPU|NPU|XPU)" + r"\s?(\d*)" + _W + r"has" + _W + "a" + _W + r"total|\((?:GPU|NPU|XPU)\s*(\d+);"),
 }
@@ -167,6 +170,8 @@ def parse_numbers(block):
     mem["free_gib"] = _first(_FIELDS["free"], block)
     mem["allocated_by_pytorch_gib"] = _first(_FIELDS["allocated"], block)
     mem["reserved_unallocated_gib"] = _first(_FIELDS["reserved_unallocated"], block)
+    if mem["reserved_unallocated_gib"] is None:
+        mem["reserved_unallocated_gib"] = _first(_FIELDS["cached"], block)
     if mem["reserved_unallocated_gib"] is None:
         total_reserved = _first(_FIELDS["reserved_total"], block)
         if total_reserved is not None and mem["allocated_by_pytorch_gib"] is not None:

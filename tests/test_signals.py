@@ -17,7 +17,13 @@ DIALECTS = [
     ("old-cached",
      "RuntimeError: CUDA out of memory. Tried to allocate 12.00 MiB (GPU 0; 10.92 GiB total capacity; 9.80 GiB "
      "already allocated; 5.50 MiB free; 120.00 MiB cached)",
-     "cuda", dict(tried_gib=12 * MiB, total_gib=10.92, free_gib=5.5 * MiB)),
+     # "cached" is cached-but-unallocated: smaller than "already allocated", so never the total
+     "cuda", dict(tried_gib=12 * MiB, total_gib=10.92, free_gib=5.5 * MiB, reserved_unallocated_gib=120 * MiB)),
+    ("2.x-cut-mid-sentence",
+     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 272.00 GiB. GPU 0 has a total capacity of 79.15 GiB "
+     "of which 60.47 GiB is free. Including non-PyTorch memory, this process has 18.66 GiB memory in use. Of the "
+     "allocated memory 18.02 GiB is allocat",
+     "cuda", dict(tried_gib=272.0, total_gib=79.15, free_gib=60.47, allocated_by_pytorch_gib=18.02)),
     ("2.1-capacty-typo",
      "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacty of "
      "79.15 GiB of which 512.00 MiB is free. Including non-PyTorch memory, this process has 78.63 GiB memory in use. "
