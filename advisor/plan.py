@@ -88,7 +88,9 @@ def _grad_checkpointing(c, s):
 
 def _reduce_seq_len(c, s):
     seq = s.seq if s else c.facts.get("seq_len")
-    if not seq or seq <= 256:
+    if not seq:
+        return {}, {}, DISPLAY                    # length never stated: say what to do, not which number
+    if seq <= 256:
         return None
     new = max(256, seq // 2)
     if s is not None:

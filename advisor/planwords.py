@@ -81,6 +81,8 @@ SHORT = {
 _DISPLAY = {
     "reduce_batch": {"en": "halve the per-device batch size and double gradient accumulation",
                      "zh": "单卡 batch 减半，梯度累积翻倍"},
+    "reduce_seq_len": {"en": "shorten the longest sequences (cutoff_len / max_seq_length, image resolution)",
+                       "zh": "缩短最长的序列（cutoff_len / max_seq_length、图像分辨率）"},
     "free_other_process": {"en": "run `nvidia-smi`, stop the other process (or pick a free GPU with CUDA_VISIBLE_DEVICES)",
                            "zh": "运行 `nvidia-smi`，停掉其他进程（或用 CUDA_VISIBLE_DEVICES 换一张空闲的卡）"},
     "smaller_model": {"en": "pick a smaller model or a card with more memory",

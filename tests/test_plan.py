@@ -125,3 +125,15 @@ torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 130.00 MiB. GPU {g
 """
     assert diagnose_text(opt.format(gpu=3)).plan[0]["action"] == "zero_sharding"
     assert diagnose_text(opt.format(gpu=0)).plan[0]["action"] == "optimizer_8bit"
+
+
+def test_a_long_sample_without_a_known_cutoff_still_says_shorten_first():
+    steps = "".join(f" {i}%|#  | {i * 10}/1000 [00:{i:02d}<01:00, 1.00it/s]\n{{'loss': 1.{i}, 'epoch': 0.{i}}}\n"
+                    for i in range(1, 30))
+    oom = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.00 GiB. GPU 0 has a total capacity of "
+           "79.15 GiB of which 1.00 GiB is free. Of the allocated memory 77.00 GiB is allocated by PyTorch, and 100.00 "
+           "MiB is reserved by PyTorch but unallocated.\n")
+    d = diagnose_text(steps + oom)
+    assert d.phase == "mid_training"
+    first = d.plan[0]
+    assert first["action"] == "reduce_seq_len" and first["applicability"] == "display" and not first["changes"]
