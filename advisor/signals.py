@@ -29,11 +29,13 @@ _PATTERNS = [
     (DEVICE_OOM, "driver", r"(?:CUDA|HIP|cuda|hip)(?: driver| runtime)? ?(?:error|Error|ERROR):? ?out of memory"),
     (DEVICE_OOM, "driver", r"cudaErrorMemoryAllocation|hipErrorOutOfMemory|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY"
                            r"|PT_DEVMEM Allocation failed|RESOURCE_EXHAUSTED: Out of memory|No available memory for the cache blocks"
-                           r"|Error \[CUDA\]: out of memory|maximum number of tokens that can be stored in KV cache"),
+                           r"|Error \[CUDA\]: out of memory|maximum number of tokens that can be stored in KV cache"
+                           r"|Allocation is out of device memory"),          # Intel XPU (IPEX)
     (DEVICE_OOM, "npu_driver", r"EL0004\b|driver error:\s*out of memory"),
     (DEVICE_OOM, "cublas_alloc", r"CU(?:BLAS|SOLVER|DNN|SPARSE|FFT)_STATUS_ALLOC_FAILED"),
     (DEVICE_OOM, "nvml_assert", r"NVML_SUCCESS == r INTERNAL ASSERT FAILED"),
-    (HOST_OOM, "ray_memory_monitor", r"ray\.exceptions\.OutOfMemoryError|node running low on memory"),
+    (HOST_OOM, "ray_memory_monitor", r"ray\.exceptions\.OutOfMemoryError|node running low on memory"
+                                      r"|exceeds the memory usage threshold|ray-oom-prevention"),
     (DEVICE_OOM, "oom_exception", r"OutOfMemoryError\b(?!\s*Traceback)"),
     (HOST_OOM, "cpu_allocator", r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)"),
     (HOST_OOM, "bad_alloc", r"std::bad_alloc|Cannot allocate memory|Unable to allocate [\d.]+ \w+ for an array"

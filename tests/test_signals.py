@@ -95,6 +95,10 @@ def test_the_failing_process_listed_as_a_process_is_not_another_process():
     ("RuntimeError: CUDA error: an illegal memory access was encountered", sig.ERROR),
     ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:", sig.CASCADE),
     ("Killed", sig.HOST_KILL),
+    # the tail of the same Ray notice, when the paste kept only its last lines
+    ("(ActorModelRayActor pid=8249) Refer to the documentation on how to address the out of memory issue: "
+     "https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html.", sig.HOST_OOM),
+    ("RuntimeError: Allocation is out of device memory on current platform.", sig.DEVICE_OOM),
     ("UserWarning: the memory of something is deprecated", None),
     ("{'loss': 0.91, 'grad_norm': 0.3, 'learning_rate': 2e-05, 'epoch': 0.5}", None),
 ])
@@ -123,6 +127,10 @@ def test_host_bytes():
     # Ray's memory monitor kills a task when the *node's* RAM runs low, under PyTorch's exception name
     ("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.", sig.HOST_OOM),
     ("Killed", sig.HOST_KILL),
+    # the tail of the same Ray notice, when the paste kept only its last lines
+    ("(ActorModelRayActor pid=8249) Refer to the documentation on how to address the out of memory issue: "
+     "https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html.", sig.HOST_OOM),
+    ("RuntimeError: Allocation is out of device memory on current platform.", sig.DEVICE_OOM),
     # bash reports a child killed by SIGKILL; here glued to the progress bar it interrupted
     ("Loading checkpoint shards:  25%|##5       | 1/4 [00:08<00:24,  8.08s/it]/home/u/run.sh: line 14: 3103923 Killed"
      "                  python train.py --config cfg.yaml", sig.HOST_KILL),
