@@ -27,9 +27,8 @@ _FRAME_PHASES = [
 _COMPILED = [(phase, re.compile(rf"(?:{pat})")) for phase, pat in _FRAME_PHASES]
 _MODULE_TO = re.compile(r"torch/nn/modules/module\.py$")
 _GENERATE = re.compile(r"generate|_sample|_beam_search|greedy_search|_assisted_decoding|_prefill")
-
-
-_STATE_INIT = re.compile(r"zeros(?:_like)?\(")
+_STATE_INIT = re.compile(r"zeros(?:_like)?\(")    # an optimizer allocating its states
+_CALL = re.compile(r"(\w+)\(")                     # the first call on a source line
 
 
 def _frame_phase(frame):
@@ -97,9 +96,6 @@ def _called(frame):
     still says what ran (`model = load_model(...)`)."""
     m = _CALL.search(frame.source)
     return frame.model_copy(update={"func": m.group(1)}) if m else None
-
-
-_CALL = re.compile(r"(\w+)\(")
 
 
 def infer_phase(frames, context):
