@@ -58,6 +58,7 @@ _FRAMEWORK_RANK = {name: i for i, (_, name) in enumerate(_FRAMEWORKS)}
 _FRAMEWORK_OF = dict(_FRAMEWORKS)
 _FRAMEWORK_RX = re.compile("|".join(re.escape(n) for n, _ in _FRAMEWORKS))
 
+_ZERO_FRAME = re.compile(r"deepspeed/runtime/zero/(stage3|stage_1_and_2)\.py")
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16"}
 
 
@@ -122,6 +123,10 @@ class Parser:
                 break
             if "File" in ln.text or "│" in ln.text or "[" in ln.text[:1]:
                 self._framework(ln.text)
+        if self.f.deepspeed is None:          # the ZeRO stage the frames ran under, when no line said
+            m = next(filter(None, (_ZERO_FRAME.search(ln.text) for ln in t.window if "zero/stage" in ln.text)), None)
+            if m:
+                self.f.deepspeed = "zero3" if m.group(1) == "stage3" else "zero2"
         if self.f.num_gpus is None and len(self.ranks) > 1:
             self.f.num_gpus = max(self.ranks) + 1
         if self.f.step is None:

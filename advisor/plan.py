@@ -14,6 +14,7 @@ from .budget import MARGIN, RESERVE_GIB, estimate
 from .config import KEYS
 from .planwords import WHY, display_text
 from .record import Record
+from .runspec import zero_of
 
 SAFE, UNSAFE, DISPLAY = "safe", "unsafe", "display"
 PHASE_LADDER = {"load": "OOM101", "first_step": "OOM201", "mid_training": "OOM204", "evaluation": "OOM404",
@@ -154,21 +155,28 @@ def _ds_path(c, stage, offload=False):
     return DS_PATHS.get(c.dialect, DS_PATHS["hf"]).format(n=stage, o="_offload" if offload else "")
 
 
+def _zero_in_effect(c, s):
+    """(stage, offload): the estimate's, else what the log or config showed."""
+    return (s.zero, s.offload) if s is not None else zero_of(c.facts.get("deepspeed"))
+
+
 def _zero_sharding(c, s):
-    zero = s.zero if s else 0
-    if not c.multi_gpu or zero >= 3:
-        return None
-    stage = 2 if zero < 2 and c.d.component in ("optimizer_states", "gradients") else 3
-    return {"deepspeed": [c.old("deepspeed"), _ds_path(c, stage)]}, {"zero": stage, "gpus": max(2, s.gpus if s else 2)}, SAFE
+    zero, _ = _zero_in_effect(c, s)
+    states = c.d.component in ("optimizer_states", "gradients")
+    if not c.multi_gpu or zero >= 3 or states and zero >= 2:
+        return None                               # already sharded as far as it helps: offload next
+    stage = 2 if states else 3
+    return {"deepspeed": [c.old("deepspeed", c.facts.get("deepspeed")), _ds_path(c, stage)]}, {"zero": stage, "gpus": max(2, s.gpus if s else 2)}, SAFE
 
 
 def _cpu_offload(c, s):
     if c.d.phase == "checkpoint_save":
         return {}, {}, DISPLAY
-    if s is not None and s.offload:
+    zero, offload = _zero_in_effect(c, s)
+    if offload:
         return None
-    stage = max(2, s.zero if s else 2)
-    return {"deepspeed": [c.old("deepspeed"), _ds_path(c, stage, offload=True)]}, {"zero": stage, "offload": True}, SAFE
+    stage = max(2, zero)
+    return {"deepspeed": [c.old("deepspeed", c.facts.get("deepspeed")), _ds_path(c, stage, offload=True)]}, {"zero": stage, "offload": True}, SAFE
 
 
 def _eval_batch(c, s):
@@ -250,6 +258,10 @@ def candidates(diagnosis, rule, multi_gpu):
             [a for a in actions if a not in ("reduce_batch",)]
     if diagnosis.component in ("optimizer_states", "gradients") and not multi_gpu:
         actions = [a for a in actions if a != "zero_sharding"]
+    if multi_gpu and diagnosis.component in ("optimizer_states", "gradients") and "cpu_offload" in actions:
+        # several GPUs: shard, then offload (both keep the result) before an 8-bit optimizer (changes it)
+        actions.remove("cpu_offload")
+        actions.insert(actions.index("zero_sharding") + 1 if "zero_sharding" in actions else 0, "cpu_offload")
     if diagnosis.phase == "load" and multi_gpu and "zero_sharding" in actions:
         actions.remove("zero_sharding")
         actions.insert(0, "zero_sharding")

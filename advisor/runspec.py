@@ -81,12 +81,17 @@ def spec_from_facts(facts, memory=None, gpu=None, model=None, params=None, model
         grad_ckpt = f.get("framework") in (None, "llamafactory", "trl")
         notes.append(f"gradient checkpointing not stated: assumed {'on' if grad_ckpt else 'off'} "
                      f"({f.get('framework') or 'framework'} default)")
-    ds = str(f.get("deepspeed") or "")
-    zero = int(ds[4]) if ds.startswith("zero") and ds[4:5].isdigit() else 0
+    zero, offload = zero_of(f.get("deepspeed"))
     spec = Spec(model=shape, method=method, precision=precision, quant_bits=bits, batch=int(batch), seq=int(seq),
                 grad_ckpt=bool(grad_ckpt), lora_rank=int(f.get("lora_rank") or 8),
                 lora_target=str(f.get("lora_target") or "all"), flash_attn=f.get("flash_attn") is not False,
                 optim=str(f.get("optim") or "adamw_torch"), gpus=int(f.get("num_gpus") or 1), zero=zero,
-                offload="offload" in ds, capacity_gib=card.capacity_gib if card else None,
+                offload=offload, capacity_gib=card.capacity_gib if card else None,
                 bf16_native=card.bf16 if card else None, liger=bool(f.get("liger")))
     return spec, [n for n in notes if n]
+
+
+def zero_of(deepspeed):
+    """('zero3_offload' or the like) -> (ZeRO stage, offload on); (0, False) when none is known."""
+    ds = str(deepspeed or "")
+    return (int(ds[4]) if ds.startswith("zero") and ds[4:5].isdigit() else 0), "offload" in ds

@@ -125,6 +125,17 @@ torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 130.00 MiB. GPU {g
 """
     assert diagnose_text(opt.format(gpu=3)).plan[0]["action"] == "zero_sharding"
     assert diagnose_text(opt.format(gpu=0)).plan[0]["action"] == "optimizer_8bit"
+    # already sharded as far as states go (the log says ZeRO-2, or the frames run in stage3.py):
+    # offload next, still before an 8-bit optimizer that changes results
+    zero2 = "[INFO] [stage_1_and_2.py:148:__init__] Creating fp16 ZeRO stage 2 optimizer\n" + opt.format(gpu=3)
+    d = diagnose_text(zero2)
+    assert [s["action"] for s in d.plan][:2] == ["cpu_offload", "optimizer_8bit"]
+    assert d.plan[0]["changes"]["deepspeed"][0] == "zero2"
+    stage3 = ('  File "/env/lib/python3.10/site-packages/deepspeed/runtime/zero/stage3.py", line 2070, in step\n'
+              "    self._optimizer_step(sub_group_id)\n") + opt.format(gpu=3)
+    d = diagnose_text(stage3)
+    assert d.facts["deepspeed"] == "zero3" and d.plan[0]["action"] == "cpu_offload"
+    assert "zero_sharding" not in [s["action"] for s in d.plan]
 
 
 def test_a_long_sample_without_a_known_cutoff_still_says_shorten_first():
