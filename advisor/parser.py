@@ -26,7 +26,8 @@ FRAMEWORK_HEAD = 500   # logger names identify the framework in a log's first li
 _BAR = re.compile(r"(?:^|\r)\s*(?:(?P<desc>(?:[^|\r\s][^|\r]*?)?):\s*)?(?P<pct>\d{1,3})%\s*\|[^|]*\|\s*(?P<n>\d+)"
                   r"/(?P<total>\d+|\?)")    # the description starts after the spaces: one way to split them
 _BAR_LIGHT = re.compile(r"(?P<desc>[A-Z][\w ]{0,80}?):\s*(?P<pct>\d{1,3})%\s+(?P<n>\d+)/(?P<total>\d+)")  # lightning/colab
-_BAR_CUT = re.compile(r"^\s*(?P<desc>)(?P<pct>0)%\|(?P<n>)(?P<total>)")   # a bar cut after "0%|": no step done yet
+# a training bar cut after "N%|" (a narrow terminal, a paste): its percentage is all it says
+_BAR_CUT = re.compile(r"^\s*(?P<desc>)(?P<pct>\d{1,3})%\|(?P<n>)(?P<total>)")
 _DICT = re.compile(r"\{'(loss|eval_loss|train_runtime|eval_runtime|predict_loss)'")
 _BANNER = re.compile(r"(?:^|\s)(Num examples|Num Epochs|Instantaneous batch size per device|Total train batch size "
                      r"\(w\. parallel, distributed & accumulation\)|Gradient Accumulation steps|Total optimization steps"
@@ -176,6 +177,8 @@ class Parser:
     def _bar(self, line, m):
         desc = (m.group("desc") or "").strip()
         n, total = _int(m.group("n") or "0"), _int(m.group("total") or "x")
+        if not m.group("n") and m.group("pct") != "0":
+            n, total = int(m.group("pct")), 100       # no counts: p % of the steps are done
         low = desc.lower()
         if "load" in low and ("shard" in low or "weight" in low or "checkpoint" in low):
             self._mark("load", line, n, total)

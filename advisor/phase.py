@@ -77,8 +77,8 @@ def phase_from_markers(context):
     marker = context.last_marker
     if context.in_eval:
         return "evaluation"
-    if marker is None:
-        return "unknown"
+    if marker is None:                      # no phase line, but a training bar or loss said how far
+        return training_phase(context)
     return {
         "load": "load", "load_done": "load", "setup": "load",
         "train_start": training_phase(context), "step": training_phase(context),

@@ -129,3 +129,15 @@ def test_module_conversion_is_loading_and_a_failure_after_the_last_step_is_the_s
     done = ("{'loss': 1.317, 'learning_rate': 0.0, 'epoch': 1.0}\n"
             "{'train_runtime': 601.94, 'train_samples_per_second': 7.03, 'train_loss': 1.47, 'epoch': 1.0}\n" + OOM + "\n")
     assert diagnose_text(done, with_plan=False).phase == "checkpoint_save"
+
+
+def test_the_bar_redrawn_after_the_failure_tells_how_far_training_got():
+    # no phase line at all: only the training bar that tqdm redraws as the process dies
+    ray = ("(Actor pid=8249) Refer to the documentation on how to address the out of memory issue: "
+           "https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html.\n"
+           "Episode [1/10000]:   7%|7         | 11/147 [3:34:08<44:07:37, 1168.07s/it, policy_loss=-0.115]\n")
+    d = diagnose_text(ray, with_plan=False)
+    assert (d.verdict, d.phase) == ("host_oom", "mid_training")
+    cut = OOM + "\n 10%|##################5\n"          # the bar cut by the terminal: a percentage only
+    assert diagnose_text(cut, with_plan=False).phase == "mid_training"
+    assert diagnose_text(OOM + "\n  0%|\n", with_plan=False).phase == "first_step"
