@@ -266,6 +266,9 @@ def seam_is_cut(a, b):
                 continue
             whole = rx.match(a, m.start())
             if whole is None or m.end() >= len(joint.rstrip()):
+                own = rx.search(b)
+                if own is not None and own.end() == m.end() - cut:
+                    continue        # `b` holds the phrase whole: the join only lent it a prefix
                 return True
     return False
 

@@ -95,3 +95,10 @@ def test_chunk_boundaries_change_nothing(monkeypatch, chunk):
     got = [(ln.no, ln.text, ln.rank) for ln in lines_of(CHUNKED)]
     head = ["plain start", "[INFO|2025-01-01 10:00:00] loader >> ok"] * 3
     assert got == [(i, text, None) for i, text in enumerate(head, 1)] + [(7, "RuntimeError: boom", None), (8, OOM, 1)]
+
+
+def test_a_long_line_before_a_bar_is_not_taken_for_a_wrap():
+    # the bar's description could absorb the line above; the bar is whole on its own line
+    first = "Refer to the documentation on how to address the issue: https://docs.ray.io/en/latest/ray-core/x.html."
+    bar = "Episode [1/10000]:   7%|7         | 11/147 [3:34:08<44:07:37, 1168.07s/it]"
+    assert [ln.text for ln in lines_of(f"{first}\n{bar}\n".encode())] == [first, bar]
