@@ -180,6 +180,9 @@ def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rul
             else ("none", "none")
 
     phase = infer_phase(dframes, t.context)
+    held = memory.get("allocated_by_pytorch_gib")
+    if phase == "unknown" and held is not None and held < 0.05:
+        phase = "load"                      # PyTorch held next to nothing: not even the weights were on the card
     window_text = "\n".join(ln.text for ln in window)
     marker = t.context.last_marker.kind if t.context.last_marker is not None else None
     rf = RuleFacts(signal, error_text, window_text, dframes, phase, memory, marker)

@@ -141,3 +141,13 @@ def test_the_bar_redrawn_after_the_failure_tells_how_far_training_got():
     cut = OOM + "\n 10%|##################5\n"          # the bar cut by the terminal: a percentage only
     assert diagnose_text(cut, with_plan=False).phase == "mid_training"
     assert diagnose_text(OOM + "\n  0%|\n", with_plan=False).phase == "first_step"
+
+
+def test_a_process_that_holds_nothing_yet_failed_while_loading():
+    log = ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 982.00 MiB. GPU 3 has a total capacity "
+           "of 44.47 GiB of which 260.38 MiB is free. Process 100842 has 44.05 GiB memory in use. Including non-PyTorch "
+           "memory, this process has 164.00 MiB memory in use. Of the allocated memory 4.50 KiB is allocated by "
+           "PyTorch, and 1.50 MiB is reserved by PyTorch but unallocated.\n")
+    d = diagnose_text(log, with_plan=False)
+    assert (d.phase, d.component) == ("load", "other_process")
+    assert diagnose_text(OOM + "\n", with_plan=False).phase == "unknown"     # 77 GiB held: not loading
