@@ -50,6 +50,7 @@ _PATTERNS = [
     (CASCADE, "launcher", r"failed \(exitcode: ?-?\d+\)|exitcode\s*:\s*-?\d+ \(pid|exits with return code = -?\d+"
                           r"|sigkill_handler"),
     (ERROR, "cuda_error", r"(?:CUDA|HIP|cuda|hip|CUDA driver) (?:error|Error)\b"),
+    (ERROR, "cuda_error", r"Search for `cuda\w+'"),      # the tail of a CUDA error whose first line was cut
     (ERROR, "nccl", r"Watchdog caught collective operation timeout|NCCL operations have failed or timed out"
                     r"|NCCL (?:error|Error|WARN)|ProcessGroupNCCL.{0,1000}?(?:timeout|Timeout|timed out)"),
     (ERROR, "nccl", r"nccl\w*Error\b"),

@@ -5,7 +5,9 @@ import re
 from .timeline import Frame
 
 _CPYTHON = re.compile(r"Fil+e \"(?P<path>[^\"]+)\", line (?P<no>\d+), in (?P<func>[\w<>.]+)")
-_IPYTHON = re.compile(r"^File (?P<path>\S+):(?P<no>\d+), in (?P<func>[\w.<>]+)\(")
+# IPython: "File path:N, in f(", Colab's linked "[path](url) in f(", older "path in f("
+_IPYTHON = re.compile(r"^(?:File (?P<path>\S+):(?P<no>\d+), in |\[(?P<link>[^\]]+\.py)\]\([^)]*\) in "
+                      r"|(?P<bare>/\S+\.py) in )(?P<func>[\w.<>]+)\(")
 _RICH = re.compile(r"│\s*(?P<path>[^\s│]+\.py):(?P<no>\d+) in (?P<func>\w+)")   # a path stops at the box
 _BARE = re.compile(r"(?:^|\s)line (?P<no>\d+), in (?P<func>[\w<>.]+)\s*$")   # a frame cut before "File"
 _CPP = re.compile(r"^frame #\d+: ")
@@ -15,16 +17,20 @@ def parse_frame(text):
     for rx in (_CPYTHON, _IPYTHON, _RICH, _BARE):
         m = rx.search(text)
         if m:
-            path = m.groupdict().get("path") or ""
+            g = m.groupdict()
+            path = g.get("path") or g.get("link") or g.get("bare") or ""
             func = m.group("func").split(".")[-1]
             return path.replace("\\", "/"), func
     return None
 
 
+def _may_be_frame(text):
+    return "File" in text or ".py" in text or "line" in text or "│" in text
+
+
 def frames_of(lines):
     """All Python frames in `lines`, each with the source line that followed it."""
-    hits = [parse_frame(ln.text) if ("File" in ln.text or "line" in ln.text or "│" in ln.text) else None
-            for ln in lines]
+    hits = [parse_frame(ln.text) if _may_be_frame(ln.text) else None for ln in lines]
     frames = []
     for i, (ln, hit) in enumerate(zip(lines, hits)):
         if not hit:

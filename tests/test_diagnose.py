@@ -151,3 +151,25 @@ def test_a_process_that_holds_nothing_yet_failed_while_loading():
     d = diagnose_text(log, with_plan=False)
     assert (d.phase, d.component) == ("load", "other_process")
     assert diagnose_text(OOM + "\n", with_plan=False).phase == "unknown"     # 77 GiB held: not loading
+
+
+def test_notebook_frames_with_links_or_bare_paths_are_frames():
+    colab = ("[/usr/local/lib/python3.10/dist-packages/transformers/trainer_pt_utils.py](https://localhost:8080/#) in "
+             "torch_pad_and_concatenate(tensor1, tensor2, padding_index)\n"
+             "---> 88     result = tensor1.new_full(new_shape, padding_index)\n\n"
+             "OutOfMemoryError: CUDA out of memory. Tried to allocate 12.94 GiB (GPU 0; 39.56 GiB total capacity; 18.33 "
+             "GiB already allocated; 12.29 GiB free; 25.71 GiB reserved in total by PyTorch)\n")
+    d = diagnose_text(colab, with_plan=False)
+    assert (d.rule, d.component) == ("OOM401", "eval_outputs")
+    bare = ("/usr/local/lib/python3.11/dist-packages/torch/nn/modules/module.py in convert(t)\n"
+            "   1325             return t.to(\n" + OOM + "\n")
+    assert diagnose_text(bare, with_plan=False).phase == "load"
+
+
+def test_the_tail_of_a_cut_cuda_error_still_names_it():
+    tail = ("[rank4]: Search for `cudaErrorIllegalAddress' in https://docs.nvidia.com/cuda/cuda-runtime-api/"
+            "group__CUDART__TYPES.html for more information.\n"
+            "[rank4]: CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
+            "below might be incorrect.\n")
+    d = diagnose_text(tail, with_plan=False)
+    assert (d.verdict, d.rule) == ("not_oom", "OOM901")
