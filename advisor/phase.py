@@ -19,7 +19,7 @@ _FRAME_PHASES = [
              r"|load_model|load_model_and_tokenizer|_move_model_to_device|_post_init_method|prepare_model_for_kbit_training"
              r"|get_peft_model|_configure_distributed_model|_configure_optimizer|_configure_zero_optimizer"
              r"|initialize_optimizer_states|_create_fp32_partitions|_setup_for_real_optimizer|_prepare_deepspeed"
-             r"|create_optimizer_and_scheduler|_wrap_model|load_checkpoint_in_model|replace_with_bnb_linear|quantize"
+             r"|create_optimizer_and_scheduler|_wrap_model|load_checkpoint_in_model|replace_with_bnb_linear|quantize\w*"
              r"|load_adapter|load_peft_weights|_ddp_init_helper"),
     ("train", r"training_step|_inner_training_loop|train_step|_training_step|fit_loop|_run_train|run_training_epoch"
               r"|advance|optimizer_step|backward|train_epoch|ppo_train|training_loop|_train_batch"),

@@ -56,6 +56,7 @@ _PATTERNS = [
     (ERROR, "nccl", r"nccl\w*Error\b"),
     (ERROR, "native", r"terminate called after throwing|Segmentation fault|Signal (?:11|6|7) \(SIG|SIG(?:SEGV|ABRT|BUS)\b"
                       r"|Bus error|what\(\):|Received \d+ death signal|cuBLAS API failed|CUBLAS_STATUS_\w+"
+                      r"|Received Signals\.SIG(?:HUP|TERM|INT) death signal"    # the launcher told to stop
                       r"|CUDNN_STATUS_\w+|OutOfResources|INTERNAL ASSERT FAILED"),
     # a CUDA kernel's assertion, printed once per failing thread before the exception that reports it
     (ERROR, "device_assert", r"Assertion `[^`]*` failed"),

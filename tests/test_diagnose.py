@@ -173,3 +173,17 @@ def test_the_tail_of_a_cut_cuda_error_still_names_it():
             "below might be incorrect.\n")
     d = diagnose_text(tail, with_plan=False)
     assert (d.verdict, d.rule) == ("not_oom", "OOM901")
+
+
+def test_a_launcher_told_to_stop_is_not_an_oom():
+    log = (bars(1, 12, 750) + "W0828 22:53:47.001000 139822188226368 torch/distributed/elastic/agent/server/api.py:688] "
+           "Received Signals.SIGHUP death signal, shutting down workers\n"
+           "W0828 22:53:47.001000 139822188226368 torch/distributed/elastic/multiprocessing/api.py:858] Sending process "
+           "246140 closing signal SIGHUP\n")
+    assert diagnose_text(log, with_plan=False).verdict == "not_oom"
+
+
+def test_quantising_while_loading_is_the_load_phase():
+    log = ('  File "/env/lib/python3.10/site-packages/bitsandbytes/functional.py", line 996, in quantize_4bit\n'
+           "    out = torch.zeros(((n+1)//2, 1), dtype=torch.uint8, device=A.device)\n" + OOM + "\n")
+    assert diagnose_text(log, with_plan=False).phase == "load"
