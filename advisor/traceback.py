@@ -25,7 +25,7 @@ def parse_frame(text):
 
 
 def _may_be_frame(text):
-    return "File" in text or ".py" in text or "line" in text or "│" in text
+    return "File" in text or "line" in text or "│" in text or ".py](" in text or ".py in " in text
 
 
 def frames_of(lines):
