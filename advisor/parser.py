@@ -63,6 +63,14 @@ _ZERO_FRAME = re.compile(r"deepspeed/runtime/zero/(stage3|stage_1_and_2)\.py")
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16"}
 
 
+def _zero_of_frames(lines):
+    for ln in lines:
+        m = _ZERO_FRAME.search(ln.text) if "zero/stage" in ln.text else None
+        if m:
+            return "zero3" if m.group(1) == "stage3" else "zero2"      # stage_1_and_2: 2 is the likelier
+    return None
+
+
 def _int(s):
     try:
         return int(str(s).replace(",", ""))
@@ -125,9 +133,7 @@ class Parser:
             if "File" in ln.text or "│" in ln.text or "[" in ln.text[:1]:
                 self._framework(ln.text)
         if self.f.deepspeed is None:          # the ZeRO stage the frames ran under, when no line said
-            m = next(filter(None, (_ZERO_FRAME.search(ln.text) for ln in t.window if "zero/stage" in ln.text)), None)
-            if m:
-                self.f.deepspeed = "zero3" if m.group(1) == "stage3" else "zero2"
+            self.f.deepspeed = _zero_of_frames(t.window)
         if self.f.num_gpus is None and len(self.ranks) > 1:
             self.f.num_gpus = max(self.ranks) + 1
         if self.f.step is None:
