@@ -28,6 +28,7 @@ _BAR = re.compile(r"(?:^|\r)\s*(?:(?P<desc>(?:[^|\r\s][^|\r]*?)?):\s*)?(?P<pct>\
 _BAR_LIGHT = re.compile(r"(?P<desc>[A-Z][\w ]{0,80}?):\s*(?P<pct>\d{1,3})%\s+(?P<n>\d+)/(?P<total>\d+)")  # lightning/colab
 # a training bar cut after "N%|" (a narrow terminal, a paste): its percentage is all it says
 _BAR_CUT = re.compile(r"^\s*(?P<desc>)(?P<pct>\d{1,3})%\|(?P<n>)(?P<total>)")
+_LOSS_LINE = re.compile(r"\b(?:step|iter\w*)\s*:?\s*\d+\b.{0,200}?\bloss\b\s*[:=]?\s*-?\d")
 _DICT = re.compile(r"\{'(loss|eval_loss|train_runtime|eval_runtime|predict_loss)'")
 _BANNER = re.compile(r"(?:^|\s)(Num examples|Num Epochs|Instantaneous batch size per device|Total train batch size "
                      r"\(w\. parallel, distributed & accumulation\)|Gradient Accumulation steps|Total optimization steps"
@@ -108,7 +109,7 @@ class Parser:
         text = line.text
         if not text:
             return
-        if "%" in text or "{'" in text:       # a bar or a logged dict: the only lines _progress reads
+        if "%" in text or "{'" in text or "loss" in text:   # bars, logged dicts, loss lines: all _progress reads
             self._progress(line, text)
         self._markers(line, text)
         self._facts(line, text)
@@ -167,6 +168,9 @@ class Parser:
             m = _BAR.search(text) or _BAR_LIGHT.search(text) or _BAR_CUT.match(text)
             if m:
                 self._bar(line, m)
+        if "loss" in text and "{'" not in text and _LOSS_LINE.search(text):
+            self.losses += 1                          # "iter 3436 step 53: loss 2.99" (litgpt, Megatron, custom loops)
+            self._advance(line)
         if "{'" in text:
             m = _DICT.search(text)
             if m:

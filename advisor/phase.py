@@ -11,7 +11,8 @@ import re
 _FRAME_PHASES = [
     ("checkpoint_save", r"_save_checkpoint|save_model|save_pretrained|_save_to_state_dict|save_checkpoint"
                         r"|_zero3_consolidated_16bit_state_dict|save_16bit_model|save_state|_save_optimizer_and_scheduler"
-                        r"|save_file|_save|on_save_checkpoint|consolidate_state_dict"),
+                        r"|save_file|_save|on_save_checkpoint|consolidate_state_dict"
+                        r"|merge_and_unload|_merge_lora|unsloth_save_model|save_pretrained_merged|push_to_hub_\w+"),
     ("evaluation", r"evaluation_loop|prediction_step|_evaluate|evaluate|prediction_loop|predict|validation_step"
                    r"|test_step|_run_evaluate|evaluation_step|eval_step|run_evaluation|gather_for_metrics"),
     ("load", r"from_pretrained|_load_pretrained_model|_load_state_dict_into_meta_model|load_shard_file"

@@ -35,7 +35,7 @@ _PATTERNS = [
     (DEVICE_OOM, "cublas_alloc", r"CU(?:BLAS|SOLVER|DNN|SPARSE|FFT)_STATUS_ALLOC_FAILED"),
     (DEVICE_OOM, "nvml_assert", r"NVML_SUCCESS == r INTERNAL ASSERT FAILED"),
     (HOST_OOM, "ray_memory_monitor", r"ray\.exceptions\.OutOfMemoryError|node running low on memory"
-                                      r"|exceeds the memory usage threshold|ray-oom-prevention"),
+                                      r"|exceeds the memory usage threshold|ray-oom-prevention|Memory on the node \(IP:"),
     (DEVICE_OOM, "oom_exception", r"OutOfMemoryError\b(?!\s*Traceback)"),
     (HOST_OOM, "cpu_allocator", r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)"),
     (HOST_OOM, "bad_alloc", r"std::bad_alloc|Cannot allocate memory|Unable to allocate [\d.]+ \w+ for an array"
@@ -104,7 +104,8 @@ _W = r"\s*"
 _FIELDS = {
     "tried": re.compile(r"(?:Tried|tried)" + _W + "to" + _W + "allocate" + _W + r"(?:more" + _W + "than" + _W + ")?" + _S),
     "total": re.compile(r"total" + _W + r"capac(?:i)?ty" + _W + "of" + _W + _S + r"|" + _S + _W + "total" + _W + "capacity"),
-    "free": re.compile(r"of" + _W + "which" + _W + _S + _W + r"is" + _W + "free|" + _S + _W + r"free\s*[;)]"),
+    # "of which X is free", kept when a paste cuts it after the number (nothing else says "of which")
+    "free": re.compile(r"of" + _W + "which" + _W + _S + "|" + _S + _W + r"free\s*[;)]"),
     "allocated": re.compile(r"Of" + _W + "the" + _W + "allocated" + _W + "memory" + _W + _S    # kept when a paste cuts the rest
                             + "|" + _S + _W + "already" + _W + "allocated"),
     "reserved_unallocated": re.compile(_S + _W + r"is" + _W + "reserved" + _W + "by" + _W + "PyTorch" + _W + "but" + _W + "unallocated"),

@@ -187,3 +187,11 @@ def test_quantising_while_loading_is_the_load_phase():
     log = ('  File "/env/lib/python3.10/site-packages/bitsandbytes/functional.py", line 996, in quantize_4bit\n'
            "    out = torch.zeros(((n+1)//2, 1), dtype=torch.uint8, device=A.device)\n" + OOM + "\n")
     assert diagnose_text(log, with_plan=False).phase == "load"
+
+
+def test_merging_adapters_for_a_save_is_the_save_and_loss_lines_count_as_progress():
+    merge = ("[/usr/local/lib/python3.11/dist-packages/unsloth/save.py](https://localhost:8080/#) in _merge_lora(layer, name)\n"
+             "--> 177             maximum_element = torch.max(W.min().abs(), W.max())\n" + OOM + "\n")
+    assert diagnose_text(merge, with_plan=False).phase == "checkpoint_save"
+    litgpt = "".join(f"iter {i * 64} step {i}: loss 2.{i:02d}, iter time: 400.10ms\n" for i in range(1, 54)) + OOM + "\n"
+    assert diagnose_text(litgpt, with_plan=False).phase == "mid_training"

@@ -24,6 +24,10 @@ DIALECTS = [
      "of which 60.47 GiB is free. Including non-PyTorch memory, this process has 18.66 GiB memory in use. Of the "
      "allocated memory 18.02 GiB is allocat",
      "cuda", dict(tried_gib=272.0, total_gib=79.15, free_gib=60.47, allocated_by_pytorch_gib=18.02)),
+    ("2.x-cut-after-free",
+     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 954.00 MiB. GPU 0 has a total capacity of 23.51 "
+     "GiB of which 402.38 MiB",
+     "cuda", dict(tried_gib=954 * MiB, total_gib=23.51, free_gib=402.38 * MiB)),
     ("2.1-capacty-typo",
      "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacty of "
      "79.15 GiB of which 512.00 MiB is free. Including non-PyTorch memory, this process has 78.63 GiB memory in use. "
@@ -99,6 +103,8 @@ def test_the_failing_process_listed_as_a_process_is_not_another_process():
     ("(ActorModelRayActor pid=8249) Refer to the documentation on how to address the out of memory issue: "
      "https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html.", sig.HOST_OOM),
     ("RuntimeError: Allocation is out of device memory on current platform.", sig.DEVICE_OOM),
+    ("Memory on the node (IP: 10.1.180.84, ID: ba65c80c) where the task (task ID: d221d262, name=head, rank=0,, "
+     "pid=4503, memory used", sig.HOST_OOM),
     ("UserWarning: the memory of something is deprecated", None),
     ("{'loss': 0.91, 'grad_norm': 0.3, 'learning_rate': 2e-05, 'epoch': 0.5}", None),
 ])
@@ -131,6 +137,8 @@ def test_host_bytes():
     ("(ActorModelRayActor pid=8249) Refer to the documentation on how to address the out of memory issue: "
      "https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html.", sig.HOST_OOM),
     ("RuntimeError: Allocation is out of device memory on current platform.", sig.DEVICE_OOM),
+    ("Memory on the node (IP: 10.1.180.84, ID: ba65c80c) where the task (task ID: d221d262, name=head, rank=0,, "
+     "pid=4503, memory used", sig.HOST_OOM),
     # bash reports a child killed by SIGKILL; here glued to the progress bar it interrupted
     ("Loading checkpoint shards:  25%|##5       | 1/4 [00:08<00:24,  8.08s/it]/home/u/run.sh: line 14: 3103923 Killed"
      "                  python train.py --config cfg.yaml", sig.HOST_KILL),
