@@ -357,7 +357,8 @@ class Parser:
             m = _ARCH.search(text)
             if m:
                 self._set("precision", _DTYPES.get(m.group(2)), line)
-        if "expandable_segments:True" in text and "try setting" not in text:
+        if "expandable_segments:True" in text and "try setting" not in text and "to avoid fragmentation" not in text:
+            # set by the user, not PyTorch's hint (whose tail a wrapped paste puts on a line of its own)
             self._set("expandable_segments", True, line)
 
     def _framework(self, text):

@@ -195,3 +195,14 @@ def test_merging_adapters_for_a_save_is_the_save_and_loss_lines_count_as_progres
     assert diagnose_text(merge, with_plan=False).phase == "checkpoint_save"
     litgpt = "".join(f"iter {i * 64} step {i}: loss 2.{i:02d}, iter time: 400.10ms\n" for i in range(1, 54)) + OOM + "\n"
     assert diagnose_text(litgpt, with_plan=False).phase == "mid_training"
+
+
+def test_the_allocator_hint_wrapped_onto_its_own_line_is_not_the_users_setting():
+    log = ("[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 986.00 MiB. GPU 3 has a total capacity "
+           "of 23.64 GiB of which 500.00 MiB is free. Of the allocated memory 18.71 GiB is allocated by PyTorch, and 3.83 "
+           "GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting\n"
+           "[rank3]: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
+           "Memory Management\n")
+    d = diagnose_text(log)
+    assert d.facts["expandable_segments"] is None
+    assert (d.component, d.plan[0]["action"]) == ("fragmentation", "expandable_segments")
