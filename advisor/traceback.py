@@ -24,13 +24,11 @@ def parse_frame(text):
     return None
 
 
-def _may_be_frame(text):
-    return "File" in text or "line" in text or "│" in text or ".py](" in text or ".py in " in text
-
-
 def frames_of(lines):
     """All Python frames in `lines`, each with the source line that followed it."""
-    hits = [parse_frame(ln.text) if _may_be_frame(ln.text) else None for ln in lines]
+    texts = [ln.text for ln in lines]         # cheap substring tests first: frames are few
+    hits = [parse_frame(t) if "File" in t or "line" in t or "│" in t or ".py](" in t or ".py in " in t else None
+            for t in texts]
     frames = []
     for i, (ln, hit) in enumerate(zip(lines, hits)):
         if not hit:
