@@ -263,9 +263,10 @@ class Parser:
                 or "Gradient checkpointing enabled" in text or "Fine-tuning method" in text:
             self._mark("load_done", line)
             return
-        if ("DeepSpeed" in text or "ZeRO" in text or "optimizer states" in text) and re.search(
+        if ("DeepSpeed" in text or "ZeRO" in text or "optimizer states" in text or "__init__]" in text) and re.search(
                 r"DeepSpeed info: version|Creating \S+ ZeRO stage|DeepSpeed Basic Optimizer|initializing optimizer states"
-                r"|Stage 3 initialize beginning|DeepSpeedZeRoOffload initialize|Final Optimizer", text):
+                r"|Stage 3 initialize beginning|DeepSpeedZeRoOffload initialize|Final Optimizer"
+                r"|\[(?:stage_1_and_2|stage3)\.py:\d+:__init__\]", text):     # the ZeRO optimizer being built
             self._mark("setup", line)
             return
         if "Starting trainer" in text or "Unsloth - 2x faster" in text:

@@ -46,9 +46,10 @@ class Context:
             {"llamafactory": "llamafactory", "axolotl": "axolotl"}.get(f.get("framework"), "hf")
         mem = diagnosis.memory or {}
         # several GPUs: stated, or implied by a device index above 0, by [rankN]: prefixes (the
-        # distributed excepthook), or by a DeepSpeed config
+        # distributed excepthook), by a DeepSpeed config, or by DDP's own frames in the evidence
         self.multi_gpu = bool((f.get("num_gpus") or 1) > 1 or (mem.get("device_index") or 0) >= 1
-                              or diagnosis.ranks or str(f.get("deepspeed") or "").startswith("zero"))
+                              or diagnosis.ranks or str(f.get("deepspeed") or "").startswith("zero")
+                              or any("nn/parallel/distributed.py" in e.text for e in diagnosis.evidence))
         self.data = config.data if config is not None else {}
         self.gap = 0.0       # GiB the allocator saw beyond the estimate: added to every what-if
 

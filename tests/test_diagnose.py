@@ -206,3 +206,13 @@ def test_the_allocator_hint_wrapped_onto_its_own_line_is_not_the_users_setting()
     d = diagnose_text(log)
     assert d.facts["expandable_segments"] is None
     assert (d.component, d.plan[0]["action"]) == ("fragmentation", "expandable_segments")
+
+
+def test_a_kill_while_the_zero_optimizer_is_built_is_setup():
+    log = ("[2024-07-22 17:14:41,271] [INFO] [stage_1_and_2.py:151:__init__] CPU Offload: False\n"
+           "[2024-07-22 17:14:58,894] torch.distributed.elastic.multiprocessing.api: [WARNING] Sending process 10531 "
+           "closing signal SIGTERM\n"
+           "[2024-07-22 17:15:04,394] torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) "
+           "local_rank: 1 (pid: 10532) of binary: /opt/conda/bin/python\n")
+    d = diagnose_text(log, with_plan=False)
+    assert (d.verdict, d.phase) == ("host_oom", "load")

@@ -148,3 +148,13 @@ def test_a_long_sample_without_a_known_cutoff_still_says_shorten_first():
     assert d.phase == "mid_training"
     first = d.plan[0]
     assert first["action"] == "reduce_seq_len" and first["applicability"] == "display" and not first["changes"]
+
+
+def test_ddp_wrapping_the_model_means_several_gpus_even_without_rank_prefixes():
+    log = ('  File "/env/lib/python3.8/site-packages/torch/nn/parallel/distributed.py", line 825, in _ddp_init_helper\n'
+           "    self.reducer = dist.Reducer(\n"
+           "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 98.00 MiB. GPU 0 has a total capacity of "
+           "79.33 GiB of which 45.81 MiB is free. Of the allocated memory 78.00 GiB is allocated by PyTorch, and 100.00 "
+           "MiB is reserved by PyTorch but unallocated.\n")
+    d = diagnose_text(log)
+    assert (d.rule, d.phase) == ("OOM310", "load") and d.plan[0]["action"] == "zero_sharding"
