@@ -156,6 +156,11 @@ def _ds_path(c, stage, offload=False):
     return DS_PATHS.get(c.dialect, DS_PATHS["hf"]).format(n=stage, o="_offload" if offload else "")
 
 
+def _ds_change(c, path):
+    """The deepspeed key's change, from what the config (else the log) had."""
+    return {"deepspeed": [c.old("deepspeed", c.facts.get("deepspeed")), path]}
+
+
 def _zero_in_effect(c, s):
     """(stage, offload): the estimate's, else what the log or config showed."""
     return (s.zero, s.offload) if s is not None else zero_of(c.facts.get("deepspeed"))
@@ -167,7 +172,7 @@ def _zero_sharding(c, s):
     if not c.multi_gpu or zero >= 3 or states and zero >= 2:
         return None                               # already sharded as far as it helps: offload next
     stage = 2 if states else 3
-    return {"deepspeed": [c.old("deepspeed", c.facts.get("deepspeed")), _ds_path(c, stage)]}, {"zero": stage, "gpus": max(2, s.gpus if s else 2)}, SAFE
+    return _ds_change(c, _ds_path(c, stage)), {"zero": stage, "gpus": max(2, s.gpus if s else 2)}, SAFE
 
 
 def _cpu_offload(c, s):
@@ -177,7 +182,7 @@ def _cpu_offload(c, s):
     if offload:
         return None
     stage = max(2, zero)
-    return {"deepspeed": [c.old("deepspeed", c.facts.get("deepspeed")), _ds_path(c, stage, offload=True)]}, {"zero": stage, "offload": True}, SAFE
+    return _ds_change(c, _ds_path(c, stage, offload=True)), {"zero": stage, "offload": True}, SAFE
 
 
 def _eval_batch(c, s):
