@@ -99,12 +99,6 @@ def test_the_failing_process_listed_as_a_process_is_not_another_process():
     ("RuntimeError: CUDA error: an illegal memory access was encountered", sig.ERROR),
     ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:", sig.CASCADE),
     ("Killed", sig.HOST_KILL),
-    # the tail of the same Ray notice, when the paste kept only its last lines
-    ("(ActorModelRayActor pid=8249) Refer to the documentation on how to address the out of memory issue: "
-     "https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html.", sig.HOST_OOM),
-    ("RuntimeError: Allocation is out of device memory on current platform.", sig.DEVICE_OOM),
-    ("Memory on the node (IP: 10.1.180.84, ID: ba65c80c) where the task (task ID: d221d262, name=head, rank=0,, "
-     "pid=4503, memory used", sig.HOST_OOM),
     ("UserWarning: the memory of something is deprecated", None),
     ("{'loss': 0.91, 'grad_norm': 0.3, 'learning_rate': 2e-05, 'epoch': 0.5}", None),
 ])
