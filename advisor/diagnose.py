@@ -179,10 +179,7 @@ def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rul
         signal = ("incomplete", "cascade" if cascades else "traceback") if dframes or traceback_open or cascades \
             else ("none", "none")
 
-    phase = infer_phase(dframes, t.context)
-    held = memory.get("allocated_by_pytorch_gib")
-    if phase == "unknown" and held is not None and held < 0.05:
-        phase = "load"                      # PyTorch held next to nothing: not even the weights were on the card
+    phase = infer_phase(dframes, t.context, memory)
     window_text = "\n".join(ln.text for ln in window)
     marker = t.context.last_marker.kind if t.context.last_marker is not None else None
     rf = RuleFacts(signal, error_text, window_text, dframes, phase, memory, marker)

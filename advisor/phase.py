@@ -3,7 +3,9 @@
 Frames are walked from the innermost outwards and the first frame that names a phase wins
 (reference §5): `prediction_step` under `_inner_training_loop` is an evaluation, a module `to()`
 under `accelerator.prepare` is setup. `forward`, `backward` and `compute_loss` name no phase;
-`generate` only counts when no outer frame says evaluation or training.
+`generate` only counts when no outer frame says evaluation or training. A traceback cut short still
+names what it was calling; without frames or markers, the progress drawn says first step or
+mid-training, and an allocator that held next to nothing says loading.
 """
 
 import re
@@ -99,7 +101,15 @@ def _called(frame):
     return frame.model_copy(update={"func": m.group(1)}) if m else None
 
 
-def infer_phase(frames, context):
+def infer_phase(frames, context, memory=None):
+    phase = _phase_of(frames, context)
+    held = (memory or {}).get("allocated_by_pytorch_gib")
+    if phase == "unknown" and held is not None and held < 0.05:
+        return "load"                       # PyTorch held next to nothing: not even the weights were on the card
+    return phase
+
+
+def _phase_of(frames, context):
     by_frames = phase_from_frames(frames)
     if by_frames is None and frames:
         called = _called(frames[-1])
