@@ -10,6 +10,7 @@ from typing import List, Optional
 
 from . import signals as sig
 from .phase import infer_phase
+from .reader import NEW_RECORD
 from .record import Record
 from .rules import Facts as RuleFacts, match
 from .timeline import Facts, Timeline
@@ -72,15 +73,24 @@ def _decisive(signals):
 
 
 def _index_of(window, line_no):
+    """The last line with that number: output glued after a bar shares the bar's number."""
+    found = None
     for i, ln in enumerate(window):
         if ln.no == line_no:
-            return i
-    return None
+            found = i
+        elif ln.no > line_no:
+            break
+    return found
 
 
 def _error_block(window, idx, limit=6):
-    """The error line and the lines that continue its message (not frames, not blank)."""
+    """The error line and the lines that continue its message (not frames, not blank). A signal
+    line that reads as the middle of a sentence (a wrap the reader could not prove) takes the line
+    above as the head of its message."""
     text = [window[idx].text]
+    head = window[idx - 1].text if idx > 0 else ""
+    if (text[0][:1].islower() or text[0][:1] in ".,;:)") and head.strip() and not parse_frame(head) and not NEW_RECORD.match(text[0]):
+        text.insert(0, head)
     for ln in window[idx + 1:idx + limit]:
         if not ln.text.strip() or parse_frame(ln.text) or ln.text.startswith("Traceback"):
             break

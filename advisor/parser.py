@@ -60,6 +60,10 @@ _FRAMEWORK_RANK = {name: i for i, (_, name) in enumerate(_FRAMEWORKS)}
 _FRAMEWORK_OF = dict(_FRAMEWORKS)
 _FRAMEWORK_RX = re.compile("|".join(re.escape(n) for n, _ in _FRAMEWORKS))
 
+# phase lines whose cut by a terminal wrap the reader must see (reader.seam_is_cut)
+MARKER_PHRASES = re.compile(r"\*{5} Running (?:training|Evaluation|Prediction) \*{5}|Saving model checkpoint to"
+                            r"|Loading checkpoint shards|\*{5} (?:train|eval) metrics \*{5}")
+
 _ZERO_FRAME = re.compile(r"deepspeed/runtime/zero/(stage3|stage_1_and_2)\.py")
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16"}
 

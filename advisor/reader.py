@@ -206,7 +206,8 @@ def strip_wrappers(text):
         first = text[:1]
         m = _RANK.match(text) if first == "[" and "]:" in text else None
         if m:
-            rank = int(m.group(1) or m.group(2))
+            if rank is None:                  # the outermost launcher prefixes every line: its rank holds
+                rank = int(m.group(1) or m.group(2))
             text = text[m.end():]
             continue
         m = _RAY.match(text) if first == "(" else \
@@ -234,7 +235,7 @@ def detect_wrap_width(lengths):
 # as the wrap width may have ended there (a terminal cannot tell), and a message whose length is a
 # multiple of the width ends in a full-width piece too (real_logs ot-008, ot-030: the OOM message
 # would otherwise swallow the launcher's next line and be read as a cascade).
-_NEW_RECORD = re.compile(
+NEW_RECORD = re.compile(
     r"\s*(?:Traceback \(most recent call last\)|During handling of the above|The above exception|Fil+e \"|\d{1,3}%\|)"
     r"|(?:\w+\.)*[A-Z]\w*(?:Error|Exception|Warning|Interrupt|Exit)(?::|$)"
     r"|\[?\d{4}[-/]\d\d[-/]\d\d[ T]\d\d:\d\d|\d\d/\d\d/\d{4} \d\d:\d\d|[IWEF]\d{4} \d\d:\d\d:\d\d"
@@ -249,7 +250,7 @@ def _seam_patterns():
         from . import parser, signals, traceback
         _SEAM_PATTERNS.extend([rx for _, _, rx in signals._COMPILED] + list(signals._FIELDS.values())
                               + [signals._PROCESS, traceback._CPYTHON, traceback._IPYTHON, traceback._RICH,
-                                 parser._BAR, parser._BAR_LIGHT])
+                                 parser._BAR, parser._BAR_LIGHT, parser.MARKER_PHRASES])
     return _SEAM_PATTERNS
 
 
@@ -281,10 +282,22 @@ def confirmed_wrap_width(texts):
         return None
     for i, text in enumerate(texts[:-1]):
         nxt = texts[i + 1]
-        if len(text) == width and nxt and not _NEW_RECORD.match(nxt) \
-                and seam_is_cut(strip_wrappers(text)[0], nxt):
+        if len(text) == width and nxt and not NEW_RECORD.match(nxt) \
+                and (seam_is_cut(strip_wrappers(text)[0], nxt) or _chain_cut(texts, i, width)):
             return width
     return None
+
+
+def _chain_cut(texts, i, width):
+    """Two full-width pieces in a row going on into a shorter line that starts no record: one long
+    record wrapped twice (a warning carrying an OOM message), even when no known phrase was cut.
+    Lines of one natural length (table rows, identical records) start alike or end in a border."""
+    if i + 2 >= len(texts) or len(texts[i + 1]) != width:
+        return False
+    a, b, c = texts[i], texts[i + 1], texts[i + 2]
+    if not c or len(c) >= width or NEW_RECORD.match(b) or NEW_RECORD.match(c) or a[:8] == b[:8]:
+        return False
+    return not (a.rstrip()[-1:] in "|+" or b.rstrip()[-1:] in "|+")
 
 
 def plausible_wrap(texts, width):
@@ -293,7 +306,7 @@ def plausible_wrap(texts, width):
     wrap = natural = 0
     for a, b in zip(texts, texts[1:]):
         if len(a) == width:
-            if not b or _NEW_RECORD.match(b) or b[:8] == a[:8]:
+            if not b or NEW_RECORD.match(b) or b[:8] == a[:8]:
                 natural += 1
             else:
                 wrap += 1
@@ -304,8 +317,26 @@ def _same(text):
     return text
 
 
+_GLUED = re.compile(r"(?:/s|/it)\](?=[^\s,|\]])")   # tqdm's closing bracket with the next output glued on
+
+
 def logical_lines(stream, start_no=1):
-    """Yield normalised Line objects from a binary stream."""
+    """Yield normalised Line objects from a binary stream. Output glued after a progress bar's
+    closing bracket (`…it/s]Traceback`, `…examples/s]Killed`: the bar drew no newline) is a line of its
+    own, with the bar's line number."""
+    for line in _physical_to_logical(stream, start_no):
+        text = line.text
+        while "/s]" in text or "/it]" in text:
+            m = _GLUED.search(text)
+            if m is None:
+                break
+            yield Line(line.no, text[:m.end()], line.rank)
+            text, rank = strip_wrappers(text[m.end():])
+            line = Line(line.no, text, line.rank if rank is None else rank)
+        yield line
+
+
+def _physical_to_logical(stream, start_no):
     held = []             # the first physical lines, held back until the wrap width is known
     width = None
     carry = None          # [no, pieces, rank, length] of a line that may continue on the next one
@@ -322,7 +353,7 @@ def logical_lines(stream, start_no=1):
         for seg in resolve_redraws(raw):
             seg = clean(seg)                    # a terminal wraps what it shows, not escape codes
             wrapped = width is not None and len(seg) == width
-            if carry is not None and (carry[3] > MAX_LINE_HEAD + MAX_LINE_TAIL or _NEW_RECORD.match(seg)):
+            if carry is not None and (carry[3] > MAX_LINE_HEAD + MAX_LINE_TAIL or NEW_RECORD.match(seg)):
                 yield flush()                   # bounded like a physical line: never a quadratic join
             if carry is not None:
                 carry[1].append(seg)            # a continuation has no prefixes of its own

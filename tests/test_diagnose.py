@@ -216,3 +216,13 @@ def test_a_kill_while_the_zero_optimizer_is_built_is_setup():
            "local_rank: 1 (pid: 10532) of binary: /opt/conda/bin/python\n")
     d = diagnose_text(log, with_plan=False)
     assert (d.verdict, d.phase) == ("host_oom", "load")
+
+
+def test_a_message_cut_at_a_space_keeps_its_head_from_the_line_above():
+    """A wrap the reader cannot prove (cut between words): the signal line reads as the middle of a
+    sentence, so the line above is the head of its message (FSDP's clone warning → the save)."""
+    log = ("UserWarning: Failed to clone() tensor with name lm_head.weight. Please check clone\n"
+           "implementation of lm_head.weight. Error: CUDA out of memory. Tried to allocate 982.00 MiB (GPU 2; "
+           "79.35 GiB total capacity; 77.16 GiB already allocated; 272.19 MiB free; 77.16 GiB reserved in total by PyTorch)\n")
+    d = diagnose_text(log, with_plan=False)
+    assert (d.rule, d.phase, d.component) == ("OOM411", "checkpoint_save", "weights")

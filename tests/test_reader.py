@@ -102,3 +102,35 @@ def test_a_long_line_before_a_bar_is_not_taken_for_a_wrap():
     first = "Refer to the documentation on how to address the issue: https://docs.ray.io/en/latest/ray-core/x.html."
     bar = "Episode [1/10000]:   7%|7         | 11/147 [3:34:08<44:07:37, 1168.07s/it]"
     assert [ln.text for ln in lines_of(f"{first}\n{bar}\n".encode())] == [first, bar]
+
+
+def test_output_glued_after_a_bar_is_a_line_of_its_own():
+    """tqdm draws no newline: whatever comes next sticks to the closing bracket."""
+    got = lines_of("Running tokenizer: 100%|██████| 50/50 [00:01<00:00, 49.1 examples/s]Killed\n"
+                   " 3%|▎ | 3/100 [00:09<04:50,  3.00s/it][rank1]: Traceback (most recent call last):\n".encode())
+    assert [(ln.no, ln.text, ln.rank) for ln in got] == [
+        (1, "Running tokenizer: 100%|██████| 50/50 [00:01<00:00, 49.1 examples/s]", None), (1, "Killed", None),
+        (2, " 3%|▎ | 3/100 [00:09<04:50,  3.00s/it]", None), (2, "Traceback (most recent call last):", 1)]
+    bar_with_postfix = " 3%|▎ | 3/100 [00:09<04:50,  3.00s/it, loss=1.2]"
+    assert [ln.text for ln in lines_of(bar_with_postfix.encode())] == [bar_with_postfix]
+
+
+def test_one_record_wrapped_twice_without_a_known_phrase_cut_is_rejoined():
+    """Two full-width pieces going on into a shorter line that starts no record (real_logs ot-028)."""
+    record = ("UserWarning: Failed to clone() tensor with name lm_head.weight. This may mean that this state_dict "
+              "entry could point to invalid memory regions after returning from state_dict() call. Error: " + OOM)
+    width = 152
+    pieces = [record[i:i + width] for i in range(0, len(record), width)]
+    assert len(pieces) == 3 and not pieces[2][:1].isupper()
+    assert [ln.text for ln in lines_of(("\n".join(pieces) + "\n").encode())] == [record]
+
+
+def test_rows_of_one_width_are_not_a_wrap():
+    row = "| 0  NVIDIA A100-SXM4-80GB  On | 00000000:07:00.0 Off |   0 |" + " " * 20 + "|"
+    table = "\n".join([row, row.replace("0  NVIDIA", "1  NVIDIA"), "done"]) + "\n"
+    assert len(lines_of(table.encode())) == 3
+
+
+def test_nested_rank_prefixes_keep_the_outer_launchers_rank():
+    got = lines_of(b"[rank0]: [rank1]:   File \"/x/torch/_tensor.py\", line 525, in backward\n[rank0]:  line 9, in f\n")
+    assert [ln.rank for ln in got] == [0, 0]
