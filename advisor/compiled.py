@@ -19,7 +19,7 @@ SNAPSHOT = DATA / "compiled.json"
 
 
 def sources():
-    return sorted(RULES.glob("OOM*.yaml")) + [DATA / "models.yaml", DATA / "gpus.yaml"]
+    return sorted(RULES.glob("OOM*.yaml")) + [DATA / "models.yaml", DATA / "gpus.yaml", DATA / "frames.yaml"]
 
 
 def fingerprint():
@@ -35,7 +35,8 @@ def build():
     load = lambda p: yaml.load(p.read_text(encoding="utf-8"))  # noqa: E731
     data = {"fingerprint": fingerprint(),
             "rules": {p.name: load(p) for p in sorted(RULES.glob("OOM*.yaml"))},
-            "models": load(DATA / "models.yaml"), "gpus": load(DATA / "gpus.yaml")}
+            "models": load(DATA / "models.yaml"), "gpus": load(DATA / "gpus.yaml"),
+            "frames": load(DATA / "frames.yaml")}
     validate(data)
     return data
 
@@ -43,12 +44,14 @@ def build():
 def validate(data):
     """Everything the snapshot holds is checked here, once, so run time can trust it."""
     from .catalog import Gpu, ModelShape
+    from .frames import validate_frames
     from .rules import RULES_DIR, load_rules
     load_rules.__wrapped__(RULES_DIR)              # the pydantic schema, file by file
     for entry in data["models"]:
         ModelShape(**entry)
     for entry in data["gpus"]:
         Gpu(**entry)
+    validate_frames(data["frames"])
 
 
 @functools.lru_cache(maxsize=None)

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 from . import signals as sig
-from .phase import infer_phase
+from .frames import read_frame
+from .phase import QUOTE_LINES, infer_phase, quoted_call
 from .reader import NEW_RECORD
 from .record import Record
 from .rules import Facts as RuleFacts, match
@@ -56,6 +57,7 @@ class Diagnosis(Record):
     snippet: Optional[str] = None
     conflicts: List[dict] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
+    basis: dict = field(default_factory=dict)      # what decided the phase and the component
 
     def to_json_dict(self):
         return {"schema": SCHEMA, **self.model_dump()}
@@ -189,22 +191,22 @@ def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rul
         signal = ("incomplete", "cascade" if cascades else "traceback") if dframes or traceback_open or cascades \
             else ("none", "none")
 
-    phase = infer_phase(dframes, t.context, memory)
+    quoted = _quoted(window, idx, error_text) if decisive is not None else []
+    phase, phase_basis = infer_phase(dframes, t.context, memory, quoted)
     window_text = "\n".join(ln.text for ln in window)
     marker = t.context.last_marker.kind if t.context.last_marker is not None else None
-    rf = RuleFacts(signal, error_text, window_text, dframes, phase, memory, marker)
+    named = named_component(dframes, quoted)
+    rf = RuleFacts(signal, error_text, window_text, dframes, phase, memory, marker, named[0] if named else None)
     rule, hits = match(rf, rules)
     if rule is None:                        # rules/ always holds catch-alls; this guards a broken set
         raise RuntimeError("no rule matched; the rule set lacks its catch-all rules")
 
     final_phase = phase if rule.phase == "auto" else rule.phase
-    component = rule.component
-    if component == "auto":
-        component = _DEFAULT_COMPONENT.get(final_phase, "unknown")
+    if rule.phase != "auto" and rule.phase != phase:
+        phase_basis = f"rule {rule.id} ({rule.name})"
+    component, component_basis = _component(rule, final_phase, named)
     if rule.verdict == "no_failure":
-        final_phase, component = "none", "none"
-    elif rule.verdict == "not_oom":
-        component = "none"
+        final_phase, phase_basis = "none", ""
 
     merged = t.facts.model_copy()           # what the log shows ran beats what the config asked for
     if facts is not None:
@@ -226,7 +228,43 @@ def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rul
         facts=merged.model_dump(), title=getattr(rule.title, lang),
         explanation=fill(getattr(rule.explanation, lang), values), lang=lang,
         earlier_failures=t.earlier_failures, ranks=t.ranks,
+        basis={"phase": phase_basis or "nothing in the log shows it", "component": component_basis},
     )
+
+
+def _quoted(window, idx, error_text):
+    """Source lines a cut paste kept above the error (their `File` headers lost), and the
+    error's own lines (a message can carry the source line it failed on)."""
+    if idx is None:
+        return [error_text]
+    above = [ln.text for ln in window[max(0, idx - QUOTE_LINES):idx] if not parse_frame(ln.text)]
+    return above + [error_text]
+
+
+def named_component(frames, quoted):
+    """(component, basis) that the innermost frame naming one, else a quoted call, names; or None."""
+    for frame in reversed(frames):
+        r = read_frame(frame)
+        if r is not None and r.component:
+            return r.component, f"frame {r.what}"
+    call = quoted_call(frames, quoted)
+    if call is not None and call.component:
+        return call.component, f"quoted call {call.what}"
+    return None
+
+
+def _component(rule, phase, named):
+    """(component, basis): the rule's own, else the ladder — what the frames or a quoted call
+    name, then the course's phase table (DESIGN §6); `unknown` when nothing says."""
+    if rule.verdict in ("no_failure", "not_oom"):
+        return "none", f"rule {rule.id} ({rule.name})"
+    if rule.component != "auto":
+        return rule.component, f"rule {rule.id} ({rule.name})"
+    if named:
+        return named
+    if phase in _DEFAULT_COMPONENT:
+        return _DEFAULT_COMPONENT[phase], f"phase table: {phase} → {_DEFAULT_COMPONENT[phase]}"
+    return "unknown", "nothing in the log names it"
 
 
 def _evidence(decisive, numbered, hits, dframes, t, rule):

@@ -9,7 +9,8 @@ A rule's `when` holds conditions that must all hold (each list: any item may mat
   phase    the phase inferred from frames and markers
   checks   named predicates over the allocator's numbers (all must hold; see CHECKS)
   marker   kind of the last phase marker before the failure (load, load_done, setup, train_start,
-           step, eval_start, eval_done, save, train_done, predict)
+           step, eval_start, eval_done, save, train_done, predict, inference)
+  component  the memory component the decisive frames or a quoted source line name (data/frames.yaml)
 `unless` has the same keys; a rule whose `unless` holds entirely does not match.
 """
 
@@ -27,7 +28,7 @@ ACTIONS = ("reduce_batch", "grad_accum", "grad_checkpointing", "reduce_seq_len",
            "optimizer_8bit", "smaller_model", "zero_sharding", "cpu_offload", "free_other_process",
            "expandable_segments", "eval_batch", "eval_accumulation", "fix_non_memory_bug", "more_host_ram", "none")
 MARKERS = ("load", "load_done", "setup", "train_start", "step", "eval_start", "eval_done", "save", "train_done",
-           "predict")
+           "predict", "inference")
 
 RULES_DIR = Path(__file__).resolve().parent / "rules"
 _FORBID = {"extra": "forbid"}           # read by pydantic when a rule file is validated (validate_rule)
@@ -55,6 +56,7 @@ class Conditions:
     phase: List[str] = field(default_factory=list)
     checks: List[str] = field(default_factory=list)
     marker: List[str] = field(default_factory=list)
+    component: List[str] = field(default_factory=list)
 
     def stated(self):
         return {k: v for k, v in vars(self).items() if v}
@@ -136,6 +138,7 @@ def check_rule(rule):
             except re.error as e:
                 raise ValueError(f"field '{where}': bad regex {pat!r}: {e}") from None
         for name, values, allowed in (("phase", cond.phase, PHASES), ("marker", cond.marker, MARKERS),
+                                      ("component", cond.component, COMPONENTS),
                                       ("checks", [c.lstrip("!") for c in cond.checks], tuple(CHECKS))):
             for value in values:
                 if value not in allowed:
@@ -231,9 +234,10 @@ def rules_by_id():
 class Facts:
     """What a rule can look at, computed once per diagnosis."""
 
-    def __init__(self, signal, error_text, window_text, frames, phase, memory, marker=None):
+    def __init__(self, signal, error_text, window_text, frames, phase, memory, marker=None, named=None):
         self.signal, self.error_text, self.window_text = signal, error_text, window_text
         self.frames, self.phase, self.memory, self.marker = frames, phase, memory, marker
+        self.named = named          # the component the frames or a quoted call name, or None
 
 
 @functools.lru_cache(maxsize=512)
@@ -257,6 +261,8 @@ def _holds(cond, x, hits):
     if cond.phase and x.phase not in cond.phase:
         return False
     if cond.marker and x.marker not in cond.marker:
+        return False
+    if cond.component and x.named not in cond.component:
         return False
     for check in cond.checks:
         want = not check.startswith("!")
