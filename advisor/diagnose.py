@@ -13,7 +13,7 @@ from .frames import read_frame
 from .phase import QUOTE_LINES, infer_phase, quoted_call
 from .reader import NEW_RECORD
 from .record import Record
-from .rules import Facts as RuleFacts, match
+from .rules import Facts as RuleFacts, marginally_fragmented, match
 from .timeline import Facts, Timeline
 from .traceback import decisive_frames, frames_of, parse_frame
 from .units import fmt_gib, round_gib
@@ -229,7 +229,20 @@ def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rul
         explanation=fill(getattr(rule.explanation, lang), values), lang=lang,
         earlier_failures=t.earlier_failures, ranks=t.ranks,
         basis={"phase": phase_basis or "nothing in the log shows it", "component": component_basis},
+        notes=_second_readings(rule, component, memory, lang),
     )
+
+
+def _second_readings(rule, component, memory, lang):
+    """A reading close to its threshold is named beside the primary one, not silently dropped."""
+    if rule.verdict != "device_oom" or component == "fragmentation" or not marginally_fragmented(memory):
+        return []
+    cached = fmt_gib(memory.get("reserved_unallocated_gib") or memory.get("async_pool_gib"))
+    if lang == "zh":
+        return [f"PyTorch 还缓存着 {cached} 已预留但未分配的显存，多于这次申请：碎片可能也有份，"
+                f"可同时设置 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True。"]
+    return [f"PyTorch also holds {cached} reserved but unallocated, more than the request: fragmentation may "
+            f"play a part too, and PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True costs nothing to try."]
 
 
 def _quoted(window, idx, error_text):

@@ -28,7 +28,11 @@ _BAR = re.compile(r"(?:^|\r)\s*(?:(?P<desc>(?:[^|\r\s][^|\r]*?)?):\s*)?(?P<pct>\
 _BAR_LIGHT = re.compile(r"(?P<desc>[A-Z][\w ]{0,80}?):\s*(?P<pct>\d{1,3})%\s+(?P<n>\d+)/(?P<total>\d+)")  # lightning/colab
 # a training bar cut after "N%|" (a narrow terminal, a paste): its percentage is all it says
 _BAR_CUT = re.compile(r"^\s*(?P<desc>)(?P<pct>\d{1,3})%\|(?P<n>)(?P<total>)")
-_LOSS_LINE = re.compile(r"\b(?:step|iter\w*)\s*:?\s*\d+\b.{0,200}?\bloss\b\s*[:=]?\s*-?\d")
+_LOSS_LINE = re.compile(r"\b(?:step|iter\w*)\s*:?\s*\d+\b.{0,200}?\bloss\b\s*[:=]?\s*-?\d"
+                        # "Epoch: [1][45/48]  Time 0.55  Loss 70.6": a custom loop's counter, then its loss
+                        r"|(?:Epoch|epoch|Step|Iter|Batch)\W{1,3}(?:\d+\W{1,3})?\d+\s*/\s*\d+\b.{0,200}?\b[Ll]oss\b\W{0,3}-?\d")
+# a training loop announcing its start, in the words most loops use
+_TRAIN_START = re.compile(r"(?:[Ss]tart(?:ing|ed)?|[Bb]egin(?:ning)?) (?:the )?(?:model )?training\b|[Tt]raining (?:started|begins)")
 _DICT = re.compile(r"\{'(loss|eval_loss|train_runtime|eval_runtime|predict_loss)'")
 _BANNER = re.compile(r"(?:^|\s)(Num examples|Num Epochs|Instantaneous batch size per device|Total train batch size "
                      r"\(w\. parallel, distributed & accumulation\)|Gradient Accumulation steps|Total optimization steps"
@@ -113,7 +117,7 @@ class Parser:
         text = line.text
         if not text:
             return
-        if "%" in text or "{'" in text or "loss" in text:   # bars, logged dicts, loss lines: all _progress reads
+        if "%" in text or "{'" in text or "oss" in text:    # bars, logged dicts, loss lines: all _progress reads
             self._progress(line, text)
         self._markers(line, text)
         self._facts(line, text)
@@ -172,7 +176,7 @@ class Parser:
             m = _BAR.search(text) or _BAR_LIGHT.search(text) or _BAR_CUT.match(text)
             if m:
                 self._bar(line, m)
-        if "loss" in text and "{'" not in text and _LOSS_LINE.search(text):
+        if "oss" in text and "{'" not in text and _LOSS_LINE.search(text):
             self.losses += 1                          # "iter 3436 step 53: loss 2.99" (litgpt, Megatron, custom loops)
             self._advance(line)
         if "{'" in text:
@@ -273,7 +277,7 @@ class Parser:
                 r"|\[(?:stage_1_and_2|stage3)\.py:\d+:__init__\]", text):     # the ZeRO optimizer being built
             self._mark("setup", line)
             return
-        if "Starting trainer" in text or "Unsloth - 2x faster" in text:
+        if "Starting trainer" in text or "Unsloth - 2x faster" in text or "raining" in text and _TRAIN_START.search(text):
             self._mark("train_start", line)
             return
         if "Training completed" in text:

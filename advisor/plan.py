@@ -19,6 +19,7 @@ from .runspec import zero_of
 SAFE, UNSAFE, DISPLAY = "safe", "unsafe", "display"
 PHASE_LADDER = {"load": "OOM101", "first_step": "OOM201", "mid_training": "OOM204", "evaluation": "OOM404",
                 "checkpoint_save": "OOM410", "inference": "OOM201", "unknown": "OOM200"}
+COMPONENT_LADDER = {"optimizer_states": "OOM301", "gradients": "OOM310", "eval_outputs": "OOM401"}
 DS_PATHS = {"llamafactory": "examples/deepspeed/ds_z{n}{o}_config.json", "hf": "ds_z{n}{o}_config.json",
             "axolotl": "deepspeed_configs/zero{n}{o}.json"}
 
@@ -259,9 +260,11 @@ _BATCH_MOVES = ("reduce_batch", "grad_accum", "grad_checkpointing", "reduce_seq_
 def candidates(diagnosis, rule, multi_gpu):
     from .rules import rules_by_id
     actions = list(rule.actions)
-    if rule.component == "auto" or (rule.component == "unknown" and rule.verdict == "device_oom"):
-        actions = list(rules_by_id()[PHASE_LADDER.get(diagnosis.phase, "OOM200")].actions) + \
-            [a for a in actions if a not in ("reduce_batch",)]
+    conclusive = any(a in _CONCLUSIVE for a in actions)
+    if rule.component == "auto" or (rule.component == "unknown" and rule.verdict == "device_oom" and not conclusive):
+        # the rule names no component of its own: the ladder of what the evidence named, else of the phase
+        ladder = COMPONENT_LADDER.get(diagnosis.component) or PHASE_LADDER.get(diagnosis.phase, "OOM200")
+        actions = list(rules_by_id()[ladder].actions) + [a for a in actions if a not in ("reduce_batch",)]
     if diagnosis.component in ("optimizer_states", "gradients") and not multi_gpu:
         actions = [a for a in actions if a != "zero_sharding"]
     if multi_gpu and diagnosis.component in ("optimizer_states", "gradients") and "cpu_offload" in actions:

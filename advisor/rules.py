@@ -148,19 +148,37 @@ def check_rule(rule):
 
 
 # ---- named checks over the allocator numbers (memory dict, GiB) ------------------------------
+FRAGMENTED_SHARE = 0.05     # of what PyTorch reserved: below it, cached memory is the allocator's normal slack
+
+
+def _cached(m):
+    """Reserved but unallocated: the caching allocator's figure, or cudaMallocAsync's pool."""
+    ru = m.get("reserved_unallocated_gib")
+    return m.get("async_pool_gib") if ru is None else ru
+
+
 def _fragmented(m):
-    """More cached-but-unused memory than the failed request, and a real share of the card."""
-    ru, tried, total = m.get("reserved_unallocated_gib"), m.get("tried_gib"), m.get("total_gib")
+    """More cached-but-unused memory than the failed request, and a real share of what PyTorch
+    reserved (LABELS 3): it would have fit had the cache not been cut into pieces."""
+    ru, tried, alloc = _cached(m), m.get("tried_gib"), m.get("allocated_by_pytorch_gib")
     if ru is None or tried is None:
         return False
-    return ru > tried and ru >= (0.03 * total if total else 1.0)
+    share = ru / (ru + (alloc or 0.0)) if ru else 0.0
+    # a cache many times the request that still could not serve it is cut up, even at a smaller share
+    return ru > tried and (share >= FRAGMENTED_SHARE or share >= 0.03 and ru >= 8 * tried)
+
+
+def marginally_fragmented(m):
+    """Cached memory above the request that does not reach the fragmentation reading: worth a note."""
+    ru, tried, alloc = _cached(m), m.get("tried_gib"), m.get("allocated_by_pytorch_gib")
+    return bool(ru and tried and ru > tried and ru >= 0.02 * (ru + (alloc or 0.0))) and not _fragmented(m)
 
 
 def _unaccounted(m):
     total, free, alloc = m.get("total_gib"), m.get("free_gib"), m.get("allocated_by_pytorch_gib")
     if total is None or free is None or alloc is None:
         return None
-    return total - free - alloc - (m.get("reserved_unallocated_gib") or 0.0)
+    return total - free - alloc - (_cached(m) or 0.0)
 
 
 def _other_process(m):
@@ -180,7 +198,14 @@ def _giant(m):
     return tried is not None and total is not None and tried >= 0.5 * total
 
 
+def _overflowed(m):
+    """A request a hundred cards long or more is a size computed wrong, not memory (LABELS 6)."""
+    tried, total = m.get("tried_gib"), m.get("total_gib")
+    return tried is not None and total is not None and tried >= 100 * total
+
+
 CHECKS = {
+    "overflowed_request": _overflowed,
     "fragmentation": _fragmented,
     "other_process": _other_process,
     "giant_request": _giant,

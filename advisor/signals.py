@@ -32,6 +32,8 @@ _PATTERNS = [
                            r"|Error \[CUDA\]: out of memory|maximum number of tokens that can be stored in KV cache"
                            r"|Allocation is out of device memory"),          # Intel XPU (IPEX)
     (DEVICE_OOM, "npu_driver", r"EL0004\b|driver error:\s*out of memory"),
+    # PyTorch before 1.0 (THC) and CNTK: a failed cudaMalloc reported with CUDA's error code 2
+    (DEVICE_OOM, "driver", r"THCudaCheck FAIL.{0,200}?out of memory|CUDA failure 2: out of memory"),
     (DEVICE_OOM, "cublas_alloc", r"CU(?:BLAS|SOLVER|DNN|SPARSE|FFT)_STATUS_ALLOC_FAILED"),
     (DEVICE_OOM, "nvml_assert", r"NVML_SUCCESS == r INTERNAL ASSERT FAILED"),
     (HOST_OOM, "ray_memory_monitor", r"ray\.exceptions\.OutOfMemoryError|node running low on memory"
@@ -41,6 +43,9 @@ _PATTERNS = [
     (HOST_OOM, "bad_alloc", r"std::bad_alloc|Cannot allocate memory|Unable to allocate [\d.]+ \w+ for an array"
                             r"|paging file is too small"),
     (HOST_OOM, "bad_alloc", r"^(?:\w+\.)*_?(?:Array|Arrow)?MemoryError\b"),
+    # a DataLoader worker that could not map its batch into /dev/shm: host memory (LABELS 7)
+    (HOST_OOM, "shared_memory", r"insufficient shared memory|out of shared memory|No space left on device.{0,80}?/dev/shm"
+                                r"|/dev/shm.{0,80}?No space left"),
     (HOST_KILL, "sigkill", r"exitcode\s*:?\s*-9\b|exit (?:code|status)\s*:?\s*(?:-9|137)\b|return code = -9\b"
                            r"|Signal 9 \(SIGKILL\)|killed by signal: Killed|Out of memory: Kill(?:ed)? process"
                            r"|OOMKilled|oom[-_]kill|SIGKILL by OOM killer|Signals\.SIGKILL"
@@ -68,7 +73,7 @@ _COMPILED = [(k, d, re.compile(p)) for k, d, p in _PATTERNS]
 # Cheap substring prefilter: a line holding none of these cannot be a signal.
 _KEYS = ("rror", "memory", "xception", "xit", "ill", "SIG", "ignal", "ALLOC", "NCCL", "ssert", "Segmentation", "core dumped",
          "terminate", "what()", "death", "Bus", "ubprocess", "Root Cause", "Interrupt", "OOM", "oom", "EL0004",
-         "Resources", "STATUS", "low on", "failed")
+         "Resources", "STATUS", "low on", "failed", "shm")
 
 
 _KEYS_RX = re.compile("|".join(map(re.escape, _KEYS)))    # one scan: faster than a loop of `in`
@@ -165,6 +170,11 @@ def parse_numbers(block):
     if "Currently allocated" in block:
         for key, rx in _ASYNC.items():
             mem[{"allocated": "allocated_by_pytorch_gib"}.get(key, key + "_gib")] = _first(rx, block)
+        # cudaMallocAsync prints no reserved figure: what the device limit holds beyond the allocated
+        # and the free, with no other process listed, is the async pool's cache (LABELS 3)
+        known = [mem["total_gib"], mem["allocated_by_pytorch_gib"], mem["free_gib"]]
+        if None not in known:
+            mem["async_pool_gib"] = max(0.0, known[0] - known[1] - known[2])
         return mem
     if "DefaultCPUAllocator" in block or "bytes" in block and "CPU" in block:
         m = _HOST_BYTES.search(block)

@@ -1,0 +1,110 @@
+"""The evidence ladder: framework knowledge as data, quoted calls, and what decided each answer."""
+
+import pytest
+
+from advisor.compiled import snapshot
+from advisor.frames import read_call, read_frame
+from advisor.pipeline import diagnose_text
+from advisor.timeline import Frame
+from advisor.traceback import parse_frame
+
+FRAMES = snapshot()["frames"]
+
+OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 86.00 MiB. GPU 0 has a total capacity of "
+       "44.64 GiB of which 54.25 MiB is free. Of the allocated memory 43.68 GiB is allocated by PyTorch, and "
+       "93.78 MiB is reserved by PyTorch but unallocated.")
+
+
+@pytest.mark.parametrize("entry", FRAMES["frames"], ids=lambda e: e["func"][:40])
+def test_every_frame_entry_reads_its_own_sample(entry):
+    path, func = parse_frame(entry["sample"])
+    r = read_frame(Frame(path=path, func=func, line=1, source=""))
+    assert r is not None, entry["sample"]
+    # an earlier, more specific entry may claim the sample, but never with another phase
+    if entry.get("phase"):
+        assert r.phase == entry["phase"], (entry["sample"], r)
+
+
+@pytest.mark.parametrize("entry", FRAMES["calls"], ids=lambda e: e["code"][:40])
+def test_every_call_entry_reads_its_own_sample(entry):
+    r = read_call(entry["sample"])
+    assert r is not None and (r.phase, r.component) == (entry.get("phase"), entry.get("component")), entry
+
+
+def test_every_diagnosis_says_what_decided_it():
+    d = diagnose_text("Traceback (most recent call last):\n  File \"/x/transformers/trainer.py\", line 3852, in "
+                      "evaluation_loop\n    logits = self.prediction_step(model, inputs)\n" + OOM + "\n", with_plan=False)
+    assert d.phase == "evaluation" and d.basis["phase"] == "frame trainer.py:evaluation_loop"
+    assert d.to_json_dict()["basis"]["component"]
+
+
+def test_nothing_decides_means_unknown_said_so():
+    d = diagnose_text(OOM + "\n", with_plan=False)
+    assert d.phase == "unknown" and "nothing" in d.basis["phase"]
+
+
+def test_a_cut_trace_still_names_the_optimizer_step():
+    """Only the user's frames survive; the innermost source line is the call that ran."""
+    log = ("Traceback (most recent call last):\n  File \"/work/main.py\", line 134, in main\n    optimizer.step()\n"
+           + OOM + "\n")
+    d = diagnose_text(log)
+    assert (d.phase, d.component, d.rule) == ("first_step", "optimizer_states", "OOM305")
+    assert d.basis["phase"].startswith("quoted call optimizer.step(")
+    assert d.plan[0]["action"] == "optimizer_8bit"          # one GPU: no sharding to do
+
+
+def test_a_source_line_whose_header_was_lost_names_a_backward_pass():
+    log = " Calls into the C++ engine to run the backward pass\n" + OOM + "\n"
+    d = diagnose_text(log, with_plan=False)
+    assert d.component == "activations" and "backward" in d.basis["component"]
+
+
+def test_a_frame_used_in_several_phases_names_none():
+    """ZeRO-3's parameter gather runs in forward, backward and for a save: the save frame decides."""
+    log = ("Traceback (most recent call last):\n"
+           "  File \"/x/deepspeed/runtime/engine.py\", line 3525, in _zero3_consolidated_16bit_state_dict\n"
+           "  File \"/x/deepspeed/runtime/zero/partition_parameters.py\", line 1200, in _all_gather\n" + OOM + "\n")
+    d = diagnose_text(log, with_plan=False)
+    assert d.phase == "checkpoint_save"
+
+
+def test_a_request_a_hundred_cards_long_is_a_bug():
+    d = diagnose_text(OOM.replace("86.00 MiB", "166664.71 GiB") + "\n")
+    assert (d.verdict, d.rule, d.component, d.plan[0]["action"]) == ("device_oom", "OOM207", "unknown",
+                                                                       "fix_non_memory_bug")
+
+
+def test_shared_memory_exhaustion_is_host_memory():
+    d = diagnose_text("2020-08-03T10:20:25 | mmf.trainers.core.training_loop: Starting training...\n"
+                      "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient "
+                      "shared memory (shm).\n", with_plan=False)
+    assert (d.verdict, d.component, d.phase) == ("host_oom", "host_memory", "first_step")
+
+
+@pytest.mark.parametrize("line", [
+    "THCudaCheck FAIL file=/b/wheel/pytorch-src/torch/lib/THC/generic/THCStorage.cu line=66 error=2 : out of memory",
+    "RuntimeError: CUDA failure 2: out of memory ; GPU=0 ; hostname=HOST ; expr=cudaMalloc((void**) &p, n)"])
+def test_old_allocator_dialects_are_device_ooms(line):
+    assert diagnose_text(line + "\n", with_plan=False).verdict == "device_oom"
+
+
+def test_a_custom_loops_counter_and_loss_is_progress():
+    log = "".join(f"Epoch: [1][{i}/48]\tTime 0.556 (0.356)\tLoss 70.{i} (70.8962)\n" for i in range(40, 46))
+    d = diagnose_text(log + "THCudaCheck FAIL file=THCStorage.cu line=66 error=2 : out of memory\n", with_plan=False)
+    assert d.phase == "mid_training"
+
+
+def test_cuda_malloc_async_pool_reads_as_fragmentation():
+    log = ("torch.cuda.OutOfMemoryError: Allocation on device 5 would exceed allowed memory. (out of memory)\n"
+           "Currently allocated     : 54.14 GiB\nRequested               : 686.41 MiB\n"
+           "Device limit            : 79.35 GiB\nFree (according to CUDA): 27.19 MiB\n")
+    d = diagnose_text(log, with_plan=False)
+    assert d.component == "fragmentation" and d.memory["async_pool_gib"] == pytest.approx(25.18, abs=0.01)
+
+
+def test_cached_memory_just_short_of_fragmentation_is_named_in_a_note():
+    """4 % of what PyTorch reserved, twice the request: not the story, but said."""
+    log = OOM.replace("93.78 MiB is reserved", "1.70 GiB is reserved").replace("86.00 MiB", "502.00 MiB") \
+             .replace("43.68 GiB is allocated", "39.00 GiB is allocated") + "\n"
+    d = diagnose_text(log, with_plan=False)
+    assert d.component != "fragmentation" and any("expandable_segments" in n for n in d.notes)
