@@ -192,7 +192,8 @@ def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rul
             else ("none", "none")
 
     quoted = _quoted(window, idx, error_text) if decisive is not None else []
-    phase, phase_basis = infer_phase(dframes, t.context, memory, quoted)
+    phase, phase_basis = infer_phase(dframes, t.context, memory, quoted, t.facts.script,
+                                     decisive.text if decisive is not None else "")
     window_text = "\n".join(ln.text for ln in window)
     marker = t.context.last_marker.kind if t.context.last_marker is not None else None
     named = named_component(dframes, quoted)

@@ -31,6 +31,9 @@ _BAR_CUT = re.compile(r"^\s*(?P<desc>)(?P<pct>\d{1,3})%\|(?P<n>)(?P<total>)")
 _LOSS_LINE = re.compile(r"\b(?:step|iter\w*)\s*:?\s*\d+\b.{0,200}?\bloss\b\s*[:=]?\s*-?\d"
                         # "Epoch: [1][45/48]  Time 0.55  Loss 70.6": a custom loop's counter, then its loss
                         r"|(?:Epoch|epoch|Step|Iter|Batch)\W{1,3}(?:\d+\W{1,3})?\d+\s*/\s*\d+\b.{0,200}?\b[Ll]oss\b\W{0,3}-?\d")
+# the script a launcher ran: "python -u x.py", torchrun/deepspeed/accelerate lines, DeepSpeed's echoed argv
+_SCRIPT = re.compile(r"(?:python\d?(?:\.\d+)?|torchrun|deepspeed|launch|'-u',|nohup)\s+(?:['\"]?-[-\w=.]+['\"]?,?\s+)*"
+                     r"['\"]?((?:[\w.-]+/)*[\w.-]+\.py)\b")
 # a training loop announcing its start, in the words most loops use
 _TRAIN_START = re.compile(r"(?:[Ss]tart(?:ing|ed)?|[Bb]egin(?:ning)?) (?:the )?(?:model )?training\b|[Tt]raining (?:started|begins)")
 _DICT = re.compile(r"\{'(loss|eval_loss|train_runtime|eval_runtime|predict_loss)'")
@@ -362,6 +365,11 @@ class Parser:
                               "", m.group(1).rstrip(",."))
                 if path and not path.endswith((".json", ".bin", ".safetensors", ".pt")):
                     self._set("model", path, line)
+        if f.script is None and ".py" in text and ("python" in text or "launch" in text or "torchrun" in text
+                                                   or "deepspeed" in text or "nohup" in text):
+            m = _SCRIPT.search(text)
+            if m:
+                self._set("script", m.group(1), line)
         if "Instantiating" in text:
             m = _ARCH.search(text)
             if m:

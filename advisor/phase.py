@@ -8,7 +8,8 @@ The ladder, most trusted first:
      line whose `File` header was lost (`value.to(device)`, autograd's `run_backward`);
   3. the last phase marker or progress before the failure (loading bars, data-preparation bars,
      the trainer banner, steps, evaluation and save banners);
-  4. the allocator: a process whose PyTorch held next to nothing had not even placed its weights.
+  4. the allocator: a process whose PyTorch held next to nothing had not even placed its weights;
+  5. the job: an entry script named for inference or evaluation (`run_inference.py`).
 When nothing decides, the phase is `unknown`. A frame that only says "a training step" leaves
 first step or mid-training to the progress.
 """
@@ -26,7 +27,20 @@ def _marker_basis(marker):
     return f"marker line {marker.line}: {marker.text.strip()[:80]}"
 
 
-def training_phase(context):
+_CLOCK = re.compile(r"(?<!\d)(?:(\d{4})[-/])?(\d\d)[-/](\d\d)[ T](\d\d):(\d\d):(\d\d)")
+LONG_AFTER_START_S = 600    # no first step takes ten minutes: a failure that long after the start is mid-training
+
+
+def _seconds(text):
+    """Seconds since an arbitrary epoch from a line's `[YYYY-]MM-DD HH:MM:SS` stamp, or None."""
+    m = _CLOCK.search(text or "")
+    if not m:
+        return None
+    _, month, day, h, mi, sec = (int(g) if g else 0 for g in m.groups())
+    return ((month * 31 + day) * 24 + h) * 3600 + mi * 60 + sec
+
+
+def training_phase(context, failed_at=""):
     """(first_step | mid_training | unknown, basis) from the progress the run had made."""
     if context.step is not None:
         first = context.step <= 1 and context.losses_logged == 0
@@ -35,18 +49,21 @@ def training_phase(context):
         return "mid_training", f"progress: {context.losses_logged} losses logged"
     marker = context.last_marker
     if marker is not None and marker.kind == "train_start":
+        start, end = _seconds(marker.text), _seconds(failed_at)
+        if start is not None and end is not None and end - start >= LONG_AFTER_START_S:
+            return "mid_training", f"timestamps: {(end - start) // 60} min after training began"
         return "first_step", _marker_basis(marker)
     return "unknown", ""
 
 
-def phase_from_markers(context):
+def phase_from_markers(context, failed_at=""):
     marker = context.last_marker
     if context.in_eval:
         return "evaluation", _marker_basis(marker) if marker is not None else "an evaluation bar"
     if marker is None:                      # no phase line, but a training bar or loss said how far
         return training_phase(context)
     if marker.kind in ("train_start", "step", "eval_done"):
-        return training_phase(context)
+        return training_phase(context, failed_at)
     phase = {"load": "load", "load_done": "load", "setup": "load", "eval_start": "evaluation",
              "save": "checkpoint_save", "predict": "evaluation", "inference": "inference",
              # what follows the last step, unless an evaluation begins
@@ -97,23 +114,47 @@ def quoted_call(frames, quoted):
     return None
 
 
-def infer_phase(frames, context, memory=None, quoted=()):
-    """(phase, basis): `basis` says in a few words what decided it ('' when nothing did)."""
-    phase, basis = _phase_of(frames, context, quoted)
+# words in an entry script's name that say what the whole job does (`bloom-ds-zero-inference.py`)
+_JOB_WORDS = {"inference": "inference", "infer": "inference", "generate": "inference", "generation": "inference",
+              "serve": "inference", "server": "inference", "chat": "inference", "webui": "inference",
+              "demo": "inference", "eval": "evaluation", "evaluate": "evaluation", "evaluation": "evaluation",
+              "predict": "evaluation"}
+
+
+def job_of_script(script):
+    """The phase a whole job is in, from its entry script's name, or None."""
+    if not script:
+        return None
+    words = re.split(r"[-_.\d]+", script.rsplit("/", 1)[-1].lower())
+    if any(w in ("train", "finetune", "sft", "dpo", "ppo", "grpo", "pretrain", "training") for w in words):
+        return None                         # a training job: its progress decides
+    return next((_JOB_WORDS[w] for w in words if w in _JOB_WORDS), None)
+
+
+def infer_phase(frames, context, memory=None, quoted=(), script=None, failed_at=""):
+    """(phase, basis): `basis` says in a few words what decided it ('' when nothing did).
+    `failed_at` is the failing line (its timestamp, if any, against the markers')."""
+    phase, basis = _phase_of(frames, context, quoted, failed_at)
     held = (memory or {}).get("allocated_by_pytorch_gib")
     if phase == "unknown" and held is not None and held < 0.05:
         return "load", f"allocator: PyTorch held {held:.2f} GiB, not even the weights"
+    if phase == "unknown":
+        outer = next((f.path for f in frames if f.func == "<module>"), None)
+        for name in (outer, script):
+            job = job_of_script(name)
+            if job:
+                return job, f"entry script {name.rsplit('/', 1)[-1]}"
     return phase, basis
 
 
-def _phase_of(frames, context, quoted):
+def _phase_of(frames, context, quoted, failed_at):
     r = from_frames(frames)
     if r is not None and r.phase:
         return _from_reading(r, context, f"frame {r.what}")
     call = quoted_call(frames, quoted)
     if call is not None and call.phase:
         return _from_reading(call, context, f"quoted call {call.what}")
-    by_markers, basis = phase_from_markers(context)
+    by_markers, basis = phase_from_markers(context, failed_at)
     if by_markers in ("load", "unknown") and any(_FORWARD.search(f.path) for f in frames):
         # a forward or backward pass is running, so loading is over: a custom training loop
         step, why = training_phase(context)

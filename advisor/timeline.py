@@ -65,6 +65,7 @@ class Facts(Record):
     predict_with_generate: Optional[bool] = None
     packing: Optional[bool] = None
     accelerator: Optional[str] = None      # cuda | npu | xpu | mps | rocm, from device lines
+    script: Optional[str] = None           # the entry script a launcher line or the outermost frame names
 
 
 @dataclass

@@ -108,3 +108,25 @@ def test_cached_memory_just_short_of_fragmentation_is_named_in_a_note():
              .replace("43.68 GiB is allocated", "39.00 GiB is allocated") + "\n"
     d = diagnose_text(log, with_plan=False)
     assert d.component != "fragmentation" and any("expandable_segments" in n for n in d.notes)
+
+
+def test_the_entry_script_names_an_inference_job():
+    log = ("[2023-07-04 17:31:27,755] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python3.11', '-u', "
+           "'bloom-inference-scripts/bloom-ds-zero-inference.py', '--local_rank=0', '--batch_size', '8'] exits with "
+           "return code = 1\n" + OOM + "\n")
+    d = diagnose_text(log, with_plan=False)
+    assert d.phase == "inference" and d.basis["phase"] == "entry script bloom-ds-zero-inference.py"
+
+
+def test_a_training_script_leaves_the_phase_to_the_progress():
+    log = "Traceback (most recent call last):\n  File \"/work/run_inference_train.py\", line 9, in <module>\n" + OOM
+    assert diagnose_text(log + "\n", with_plan=False).phase == "unknown"
+
+
+def test_a_failure_an_hour_after_training_began_is_mid_training():
+    log = ("2022-08-20 23:35:27 | INFO | metaseq.trainer | begin training epoch 1\n"
+           "2022-08-21 00:29:47 | WARNING | metaseq.trainer | OOM: Ran out of memory with exception: " + OOM + "\n")
+    d = diagnose_text(log, with_plan=False)
+    assert d.phase == "mid_training" and d.basis["phase"] == "timestamps: 54 min after training began"
+    soon = log.replace("00:29:47", "23:36:10").replace("2022-08-21", "2022-08-20")
+    assert diagnose_text(soon, with_plan=False).phase == "first_step"
