@@ -30,7 +30,7 @@ LABELS = {
         "verdict": "结论", "phase": "发生阶段", "component": "占用来源", "confidence": "置信度", "rule": "规则",
         "numbers": "分配器数据", "evidence": "证据", "facts": "训练信息", "plan": "修改建议",
         "patch": "配置补丁", "budget": "显存预算", "conflicts": "日志与配置不一致",
-        "line": "行", "saves": "节省", "fits": "放得下", "not_fit": "仍然放不下", "why": "原因",
+        "line": "行", "saves": "节省", "fits": "放得下", "not_fit": "放不下", "why": "原因",
         "total_gib": "总容量", "free_gib": "空闲", "tried_gib": "失败的申请",
         "allocated_by_pytorch_gib": "PyTorch 已分配", "reserved_unallocated_gib": "已预留未分配",
         "process_in_use_gib": "本进程占用", "other_processes_gib": "其他进程",
