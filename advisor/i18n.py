@@ -220,7 +220,7 @@ _ASSUMPTIONS = [
     (r"model (.+): (\S+)B parameters, (\d+) layers, hidden (\d+), vocabulary (\d+)",
      lambda m: f"模型 {m[1]}：{m[2]}B 参数，{m[3]} 层，隐藏维度 {m[4]}，词表 {m[5]}"),
     (r"method (\S+?)(?:, LoRA rank (\d+) on (.+?))?(?:, (\d+)-bit base)?",
-     lambda m: f"微调方法 {m[1]}" + (f"，LoRA 秩 {m[2]}，作用于 " + ("全部线性层" if m[3] == "all" else m[3]) if m[2] else "")
+     lambda m: f"微调方法 {m[1]}" + (f"，LoRA 秩 {m[2]}，作用于" + ("全部线性层" if m[3] == "all" else f" {m[3]}") if m[2] else "")
                + (f"，基座 {m[4]} 位" if m[4] else "")),
     (r"precision (\S+), optimizer (\S+)", lambda m: f"计算类型 {m[1]}，优化器 {m[2]}"),
     (r"per-device batch (\d+) × sequence (\d+) tokens, gradient checkpointing (on|off), attention (.+)",
@@ -244,3 +244,23 @@ def assumption_text(text, lang="en"):
         if m:
             return say(m)
     return text
+
+
+# Words that must not reach a Chinese reader, each with the word to use instead: English left
+# untranslated, and the terms the course and LLaMA Board replace (tests/test_zh.py reads this list
+# over every sample in every format).
+ZH_AVOID = {
+    # English of the fixed labels
+    "unset": "（未设置）", "trainable": "可训练参数", "still short": "仍然放不下", "fits": "放得下", "saves": "节省",
+    "headroom": "余量", "Assumptions": "假设", "outside the config": "配置之外", "changes results": "会改变结果",
+    "framework=": "框架：", "grad_ckpt": "梯度检查点", "seq_len=": "截断长度：", "batch=": "批处理大小：",
+    "Grouped": "分组依据", "signature:": "特征：", "reply:": "回复：", "representative": "代表日志",
+    "per-device": "单卡", "GPU(s)": "张显卡", "assumed": "按……估算", "not stated": "未指明",
+    "identical after normalising": "归一化后完全相同", "verdict:": "结论：", "first moves": "首选操作",
+    "CUDA context": "运行时上下文",
+    # the course's vocabulary
+    "存档": "训练检查点", "保存 checkpoint": "保存训练检查点", "最大序列长度": "截断长度", "单卡 batch": "单卡批处理大小",
+    "batch size": "批处理大小", "batch 大小": "批处理大小", "等效 batch": "等效批量", "降低精度": "改用 16 位计算类型",
+    "4 bit": "4 位", "8 bit": "8 位", "16 bit": "16 位", "4-bit": "4 位", "8-bit": "8 位",
+    "不是内存不足": "不是显存不足", "动量": "一阶/二阶矩估计", "可以放下": "放得下", "CUDA 上下文": "运行时上下文",
+}
