@@ -139,7 +139,7 @@ def _batch_why(lang, batch, accum):
             f"等效批量从 {b} × {g} = {b * g} 变为 {nb} × {ng} = {nb * ng}，结果会略有不同。"
         return f"单卡批处理大小从 {b} 降到 {nb}，激活值和 logits {acts}；梯度累积从 {g} 增到 {ng}，" + keep
     acts = "halve" if b == 2 * nb else f"fall to about {nb}/{b}" if b % nb else f"fall to about 1/{b // nb}"
-    keep = f"the effective batch stays {b} × {g} = {b * g}, so results do not change." if same else \
-        f"the effective batch moves from {b} × {g} = {b * g} to {nb} × {ng} = {nb * ng}, so results change slightly."
+    keep = f"keeps the effective batch at {b} × {g} = {b * g}, so results do not change." if same else \
+        f"moves the effective batch from {b} × {g} = {b * g} to {nb} × {ng} = {nb * ng}, so results change slightly."
     return f"A per-device batch of {nb} instead of {b}: activations and logits {acts}; gradient accumulation " \
-           f"{g} → {ng}, so " + keep
+           f"{g} → {ng} " + keep

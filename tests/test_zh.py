@@ -235,7 +235,7 @@ def test_a_real_halving_says_halve(lang, said):
     assert (old, new) == (2 * new, new) and said in step["why"]
 
 
-@pytest.mark.parametrize("lang, said", [("en", "moves from 5 × 1 = 5 to 2 × 2 = 4"), ("zh", "从 5 × 1 = 5 变为 2 × 2 = 4")])
+@pytest.mark.parametrize("lang, said", [("en", "moves the effective batch from 5 × 1 = 5 to 2 × 2 = 4"), ("zh", "从 5 × 1 = 5 变为 2 × 2 = 4")])
 def test_an_effective_batch_that_changes_is_said_to(lang, said):
     from advisor.planwords import _batch_why
     assert said in _batch_why(lang, [5, 2], [1, 2])

@@ -235,7 +235,11 @@ def render_html(d, lang="en"):
     rows, note, pic = [], None, None
     capacity = mem.get("total_gib") or (d.budget or {}).get("capacity_gib")
     if d.budget:
-        rows.append(budget_row(word("row_estimate", lang), d.budget, lang))
+        from .budget_text import observed_line
+        seen = observed_line(d.budget, mem, lang)    # the estimate fits, the allocator saw more: say so
+        rows.append(budget_row(word("row_estimate", lang), d.budget, lang, note=seen.strip() if seen else None))
+        if seen:
+            rows[-1]["fits"] = False
     if mem.get("total_gib") is not None and (mem.get("allocated_by_pytorch_gib") is not None or
                                               mem.get("free_gib") is not None):
         rows.append(alloc_row(mem, lang))
