@@ -312,3 +312,9 @@ def test_titles_do_not_repeat_the_verdict():
     from advisor.rules import load_rules
     for r in load_rules():
         assert label(r.verdict, "zh") not in r.title.zh, r.id
+
+
+@pytest.mark.parametrize("lang, said", [("en", "on its own"), ("zh", "单独这一项节省")])
+def test_a_what_if_saving_is_said_to_be_alone(lang, said):
+    out = _budget("html", lang, batch=4, seq_len=2048)
+    assert out.count(said) >= 2
