@@ -85,6 +85,7 @@ def typography_faults(text):
                           (rf"[{CJK}][(\[]", "ASCII bracket after Chinese"),
                           (r"[、，。；：（][ \t]", "space after full-width punctuation"),
                           (r"(?<=\d) %", "space before %"),
+                          (r"[^\s|][ \t]+（", "space before a full-width bracket"),
                           (rf"[{CJK}] [{CJK}]", "space between two Chinese characters"),
                           (rf"\[[^\]\n]*[{CJK}][^\]\n]*\]", "ASCII brackets around Chinese")):
         faults += [f"{what}: …{text[max(0, m.start() - 12):m.end() + 12]}…" for m in re.finditer(pattern, text)]
