@@ -319,3 +319,14 @@ def test_titles_do_not_repeat_the_verdict():
 def test_a_what_if_saving_is_said_to_be_alone(lang, said):
     out = _budget("html", lang, batch=4, seq_len=2048)
     assert out.count(said) >= 2
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
+def test_a_conflict_reads_in_chinese(fmt):
+    from advisor.render import render
+    d = diagnosis("lf-first-step-activations")
+    d.conflicts = [{"fact": "batch", "log": 8, "config": 4}]
+    out = render(d, fmt, "zh")
+    assert "批处理大小：日志 8 / 配置 4" in out
+    text = prose(out, fmt, theirs(d))
+    assert typography_faults(text) + vocabulary_faults(text) == []
