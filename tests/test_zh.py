@@ -330,3 +330,14 @@ def test_a_conflict_reads_in_chinese(fmt):
     assert "批处理大小：日志 8 / 配置 4" in out
     text = prose(out, fmt, theirs(d))
     assert typography_faults(text) + vocabulary_faults(text) == []
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_the_after_plan_bar_says_what_the_plan_says(slug):
+    from advisor.render.html import render_html
+    d = diagnosis(slug, "en")
+    page = render_html(d, "en")
+    judged = [s["fits_after"] for s in d.plan or [] if not s["alternative"] and s["fits_after"] is not None]
+    m = re.search(r'<span class="name">After the plan</span>\s*<span class="val">[^<]*<span class="(ok|no)">', page)
+    if m and judged:
+        assert (m.group(1) == "ok") == judged[-1]

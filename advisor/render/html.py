@@ -251,6 +251,9 @@ def render_html(d, lang="en"):
                 moves = "、".join(action_name(a, lang) for a in applied) if lang == "zh" else ", ".join(applied)
                 rows.append(budget_row(word("row_after", lang), after.to_json_dict(), lang,
                                        note=word("after_note", lang, moves=moves)))
+                judged = [s["fits_after"] for s in d.plan if not s.get("alternative") and s.get("fits_after") is not None]
+                if judged:                    # the plan's own verdict (it adds what the allocator saw beyond the estimate)
+                    rows[-1]["fits"] = judged[-1]
             else:
                 note = word("after_unknown", lang)
     elif rows:
