@@ -1,7 +1,7 @@
 """Fill a diagnosis with its budget, plan and patch: the stages after the diagnosis proper."""
 
 from .budget import estimate
-from .i18n import label
+from .i18n import colon, label
 from .plan import make_plan, observed_need
 from .rules import rules_by_id
 from .runspec import spec_from_facts
@@ -33,15 +33,17 @@ def _compare(d, budget):
     zh = d.lang == "zh"
     if budget.total_gib < 0.6 * seen:
         d.notes.append(
-            f"估算峰值 {budget.total_gib:.1f} GiB 远低于分配器实际看到的 {seen:.1f} GiB：可能有其他进程、碎片，"
-            f"或某个假设不成立（例如 ZeRO 没有真正生效、序列比配置更长）。" if zh else
-            f"The estimate ({budget.total_gib:.1f} GiB) is far below what the allocator saw ({seen:.1f} GiB): "
-            f"another process, fragmentation, or a wrong assumption (ZeRO not actually active, longer sequences).")
+            f"估算峰值 {budget.total_gib:.1f} GiB 远低于失败时实际需要的 {seen:.1f} GiB（已占用加上失败的申请）："
+            f"可能有其他进程、碎片，或某个假设不成立（例如 ZeRO 没有真正生效、序列比配置更长）。" if zh else
+            f"The estimate ({budget.total_gib:.1f} GiB) is far below what the run needed at the failure "
+            f"({seen:.1f} GiB: in use plus the failed request): another process, fragmentation, or a wrong "
+            f"assumption (ZeRO not actually active, longer sequences).")
     elif budget.total_gib > 1.8 * seen and d.phase != "load":
         d.notes.append(
-            f"估算峰值 {budget.total_gib:.1f} GiB 远高于失败时已占用的 {seen:.1f} GiB：失败发生在峰值之前。" if zh else
-            f"The estimate ({budget.total_gib:.1f} GiB) is well above what was held at the failure ({seen:.1f} GiB): "
-            f"the run failed on its way to the peak.")
+            f"估算峰值 {budget.total_gib:.1f} GiB 远高于失败时已占用加上失败的申请（共 {seen:.1f} GiB）："
+            f"失败发生在到达峰值之前。" if zh else
+            f"The estimate ({budget.total_gib:.1f} GiB) is well above what was in use plus the failed request at the "
+            f"failure ({seen:.1f} GiB): the run failed on its way to the peak.")
 
 
 def _traps(d, config):
@@ -54,7 +56,7 @@ def _traps(d, config):
                        "LLaMA-Factory switches gradient checkpointing with disable_gradient_checkpointing and turns "
                        "it on by default; `gradient_checkpointing` in its YAML does nothing.")
     if any(s["action"] == "grad_checkpointing" for s in d.plan or []) and ("save_steps" in data or "save_strategy" in data):
-        d.notes.append("save_steps 产生的 checkpoint-N 是存档，不是梯度检查点。" if zh else
+        d.notes.append("save_steps 产生的 checkpoint-N 是训练检查点（保存到磁盘），不是梯度检查点。" if zh else
                        "The checkpoint-N folders from save_steps are saves, not gradient checkpointing.")
     if d.facts.get("precision") == "bf16" and d.budget is not None:
         from .runspec import resolve_gpu
@@ -68,7 +70,7 @@ def _traps(d, config):
                        "Being able to run inference does not mean being able to train: inference needs weights and "
                        "a KV cache, training adds gradients, optimizer states and activations.")
     if d.verdict == "incomplete":
-        d.notes.append(label("paste", d.lang) + ": " + (
+        d.notes.append(label("paste", d.lang) + colon(d.lang) + (
             "从第一个 Traceback 到以 Error 结尾的那一行，以及其后几行。" if zh else
             "everything from the first 'Traceback (most recent call last):' down to the line that names the error, "
             "plus a few lines after it."))

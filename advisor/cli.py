@@ -159,8 +159,11 @@ def list_rules(lang):
     """List the diagnosis rules."""
     from .rules import load_rules
     lang = lang or default_lang()
+    from .i18n import label
+    from .render.budget_text import pad
     for r in sorted(load_rules(), key=lambda r: r.id):
-        click.echo(f"{r.id}  {r.name:<30} {r.verdict:<11} {getattr(r.title, lang)}")
+        verdict = pad(label(r.verdict, lang), 14) if lang == "zh" else f"{r.verdict:<11}"
+        click.echo(f"{r.id}  {r.name:<30} {verdict} {getattr(r.title, lang)}")
 
 
 @cli.command()

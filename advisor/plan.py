@@ -12,7 +12,7 @@ from typing import Dict, List, Optional
 
 from .budget import MARGIN, RESERVE_GIB, estimate
 from .config import KEYS
-from .planwords import WHY, display_text
+from .planwords import display_text, why_text
 from .record import Record
 from .runspec import zero_of
 
@@ -330,10 +330,12 @@ def _step(c, action, current):
     changes, update, applicability = built
     changes = {k: v for k, v in changes.items() if k and v[0] != v[1]}
     step = Step(action=action, changes=changes, applicability=applicability if changes else DISPLAY,
-                why=WHY[action][c.lang], display="" if changes else display_text(action, c))
+                why=why_text(action, c, changes), display="" if changes else display_text(action, c))
     if current is not None and update:
         after = current.model_copy(update=update)
         step.saves_gib = round(max(0.0, estimate(current).total_gib - estimate(after).total_gib), 2)
+        if step.saves_gib < 0.05:
+            return None, None                     # saves ~0 GiB: not a fix
         step.fits_after = _fits(c, after)
     elif action == "expandable_segments":
         step.saves_gib = (c.d.memory or {}).get("reserved_unallocated_gib")

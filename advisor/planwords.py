@@ -1,52 +1,52 @@
 """The words of a plan: why each move helps (en/zh) and what to do for moves outside the config."""
 
 WHY = {
-    "reduce_batch": {"en": "Halving the per-device batch halves activations and logits; doubling gradient accumulation "
-                           "keeps the effective batch, so results do not change.",
-                     "zh": "单卡 batch 减半，激活值与 logits 随之减半；梯度累积翻倍以保持等效 batch，训练结果不变。"},
+    "reduce_batch": {"en": "A smaller per-device batch cuts activations and logits in the same proportion; raising gradient "
+                           "accumulation by the same factor keeps the effective batch, so results do not change.",
+                     "zh": "减小单卡批处理大小，激活值与 logits 按同样的比例减少；梯度累积按同样倍数增大，等效批量不变，训练结果不变。"},
     "grad_accum": {"en": "More accumulation steps keep the effective batch while each step holds fewer samples.",
-                   "zh": "增加梯度累积步数，在每步样本更少的同时保持等效 batch。"},
+                   "zh": "增大梯度累积步数：每步处理的样本更少，等效批量不变。"},
     "grad_checkpointing": {"en": "Gradient checkpointing keeps only each layer's input and recomputes the rest in the "
                                  "backward pass: far fewer activations for about 30 % more compute (this is not a "
                                  "checkpoint-N save).",
-                           "zh": "梯度检查点只保存每层的输入，反向时重算其余部分：激活值大幅减少，计算量约增加 30%"
-                                 "（这不是 checkpoint-N 存档）。"},
+                           "zh": "梯度检查点只保存每层的输入，反向传播时重算其余中间结果：激活值大幅减少，计算量约增加 30%"
+                                 "（它不是 checkpoint-N 那样的训练检查点）。"},
     "reduce_seq_len": {"en": "Activations and logits grow with the sequence length; shorter cutoffs truncate the "
                              "longest samples, so check that answers stay complete.",
-                       "zh": "激活值和 logits 随序列长度增长；缩短截断长度会截掉最长的样本，请确认回答仍然完整。"},
+                       "zh": "激活值和 logits 随序列长度增长；缩短截断长度会截掉最长的样本，请先确认输入和答案仍然完整。"},
     "precision": {"en": "16-bit weights and activations take half the memory of fp32; bf16 needs an Ampere or newer "
                         "card, fp16 is the choice on V100/T4.",
-                  "zh": "16 位权重和激活值只占 fp32 的一半显存；bf16 需要 Ampere 及更新的显卡，V100/T4 上请用 fp16。"},
+                  "zh": "16 位计算类型下，权重和激活值只占 fp32 的一半显存；bf16 需要 Ampere 及更新的显卡，V100/T4 上请选 fp16。"},
     "quantize": {"en": "4-bit quantisation (QLoRA) stores the frozen base weights at about half a byte per parameter; "
                        "it trains LoRA adapters on top and changes the result slightly.",
-                 "zh": "4 bit 量化（QLoRA）让冻结的基座权重每个参数只占约半字节；在其上训练 LoRA，结果会略有变化。"},
+                 "zh": "4 位量化（QLoRA）让冻结的基座权重每个参数只占约半字节；在其上训练 LoRA，结果会略有变化。"},
     "use_lora": {"en": "LoRA trains small adapters instead of every weight: gradients and optimizer states shrink "
                        "from 14 bytes per parameter to almost nothing.",
-                 "zh": "LoRA 只训练小的适配器而不是全部权重：梯度与优化器状态从每参数 14 字节降到几乎为零。"},
+                 "zh": "LoRA 只训练新增的小分支，不训练全部权重：梯度与优化器状态从每个参数 14 字节降到几乎为零。"},
     "optimizer_8bit": {"en": "An 8-bit (paged) AdamW stores its two moments in 2 bytes per parameter instead of 8.",
-                       "zh": "8 bit（分页）AdamW 把两份动量从每参数 8 字节压到 2 字节。"},
+                       "zh": "8 位（分页）AdamW 把一阶和二阶矩估计从每个参数 8 字节压到 2 字节。"},
     "smaller_model": {"en": "When even quantised weights do not fit, only a smaller model or a bigger card will.",
                       "zh": "如果量化后的权重仍放不下，只能换更小的模型或更大的显卡。"},
     "zero_sharding": {"en": "DeepSpeed ZeRO shards optimizer states (stage 1), gradients (2) and weights (3) across "
                             "the GPUs instead of copying them to each: same result, less memory per card.",
-                      "zh": "DeepSpeed ZeRO 把优化器状态（stage 1）、梯度（2）和权重（3）切分到各卡上而不是每卡一份："
-                            "结果相同，单卡显存更少。"},
+                      "zh": "DeepSpeed ZeRO 把优化器状态（stage 1）、梯度（stage 2）和权重（stage 3）切分到各张卡上，"
+                            "而不是每张卡各存一份：结果相同，单卡显存更少。"},
     "cpu_offload": {"en": "Offloading moves optimizer states (and with ZeRO-3 weights) to host RAM — slower, same "
                           "result; for a ZeRO-3 save, do not gather the 16-bit weights on one GPU.",
-                    "zh": "卸载把优化器状态（ZeRO-3 时还有权重）放到主机内存——更慢但结果不变；"
+                    "zh": "卸载把优化器状态（ZeRO-3 时还有权重）放到主机内存：更慢，但结果不变；"
                           "ZeRO-3 保存时不要把 16 位权重收集到一张卡上。"},
     "free_other_process": {"en": "Another process holds the card; no training setting can give that memory back.",
                            "zh": "显卡被其他进程占用；任何训练设置都无法把这部分显存要回来。"},
     "expandable_segments": {"en": "Expandable segments let the allocator grow blocks in place instead of leaving "
                                   "fragments too small for the next request.",
-                            "zh": "expandable segments 让分配器原地扩展显存块，不再留下装不下下一次申请的碎片。"},
+                            "zh": "可扩展显存段（expandable_segments）让分配器原地扩展显存块，不再留下装不下下一次申请的碎片。"},
     "eval_batch": {"en": "Evaluation has its own batch size (default 8 even when training uses 1).",
-                   "zh": "评估有自己的 batch 大小（即使训练用 1，默认也是 8）。"},
+                   "zh": "评估有自己的批处理大小（per_device_eval_batch_size，即使训练用 1，默认也是 8）。"},
     "eval_accumulation": {"en": "eval_accumulation_steps moves accumulated predictions to the CPU every few steps "
                                 "instead of keeping all of them on the GPU.",
                           "zh": "eval_accumulation_steps 每隔几步把累积的预测结果转移到 CPU，而不是全部留在显卡上。"},
     "fix_non_memory_bug": {"en": "This failure is not about memory: memory settings will not fix it.",
-                           "zh": "这次失败与内存无关：调整内存设置解决不了它。"},
+                           "zh": "这次失败与显存无关：调整显存设置解决不了它。"},
     "more_host_ram": {"en": "Host RAM, not GPU memory, ran out: fewer worker processes, streaming the data and "
                             "low_cpu_mem_usage loading help; otherwise add RAM or swap.",
                       "zh": "耗尽的是主机内存而不是显存：减少工作进程、流式读取数据、low_cpu_mem_usage 加载都有帮助；"
@@ -55,24 +55,24 @@ WHY = {
 
 # Each move in a few words, for a support reply that speaks to many runs at once (no numbers).
 SHORT = {
-    "reduce_batch": ("halve the per-device batch size", "把单卡 batch size 减半"),
-    "grad_accum": ("raise gradient accumulation to keep the effective batch", "增大梯度累积步数，保持等效 batch 不变"),
+    "reduce_batch": ("lower the per-device batch size", "减小单卡批处理大小"),
+    "grad_accum": ("raise gradient accumulation to keep the effective batch", "增大梯度累积步数，保持等效批量不变"),
     "grad_checkpointing": ("turn on gradient checkpointing", "开启梯度检查点"),
-    "reduce_seq_len": ("shorten the maximum sequence length (cutoff)", "缩短最大序列长度（cutoff）"),
-    "precision": ("train in bf16/fp16 instead of fp32", "用 bf16/fp16 代替 fp32 训练"),
-    "quantize": ("load the model in 4 bit (QLoRA)", "以 4 bit 加载模型（QLoRA）"),
+    "reduce_seq_len": ("shorten the cutoff length", "缩短截断长度（cutoff_len）"),
+    "precision": ("train in bf16/fp16 instead of fp32", "计算类型改用 bf16/fp16，不用 fp32"),
+    "quantize": ("load the model in 4 bit (QLoRA)", "以 4 位量化加载模型（QLoRA）"),
     "use_lora": ("fine-tune with LoRA instead of all weights", "用 LoRA 代替全参数微调"),
-    "optimizer_8bit": ("use an 8-bit or paged optimizer", "使用 8 bit 或分页优化器"),
+    "optimizer_8bit": ("use an 8-bit or paged optimizer", "使用 8 位或分页优化器"),
     "smaller_model": ("pick a smaller model", "换一个更小的模型"),
     "zero_sharding": ("shard with DeepSpeed ZeRO-2/3 across the GPUs", "用 DeepSpeed ZeRO-2/3 在多卡间切分"),
-    "cpu_offload": ("offload to CPU (and gather 16-bit weights on save off)", "卸载到 CPU（保存时不收集 16 bit 权重）"),
+    "cpu_offload": ("offload to CPU (and gather 16-bit weights on save off)", "卸载到 CPU（保存时不收集 16 位权重）"),
     "free_other_process": ("free the GPU from other processes or pick another card", "释放被其他进程占用的显卡，或换一张卡"),
     "expandable_segments": ("set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
                             "设置 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),
     "eval_batch": ("lower per_device_eval_batch_size", "调小 per_device_eval_batch_size"),
     "eval_accumulation": ("set eval_accumulation_steps to move eval outputs to the CPU",
                           "设置 eval_accumulation_steps，把评估输出移到 CPU"),
-    "fix_non_memory_bug": ("fix the underlying error — memory settings will not help", "修复真正的错误——调整显存设置没有用"),
+    "fix_non_memory_bug": ("fix the underlying error — memory settings will not help", "修复真正的错误：调整显存设置没有用"),
     "more_host_ram": ("give the job more host RAM, or load with low_cpu_mem_usage and fewer workers",
                       "增加主机内存，或用 low_cpu_mem_usage 加载并减少预处理进程"),
 }
@@ -80,9 +80,9 @@ SHORT = {
 
 _DISPLAY = {
     "reduce_batch": {"en": "halve the per-device batch size and double gradient accumulation",
-                     "zh": "单卡 batch 减半，梯度累积翻倍"},
+                     "zh": "单卡批处理大小减半，梯度累积翻倍"},
     "reduce_seq_len": {"en": "shorten the longest sequences (cutoff_len / max_seq_length, image resolution)",
-                       "zh": "缩短最长的序列（cutoff_len / max_seq_length、图像分辨率）"},
+                       "zh": "缩短截断长度（cutoff_len / max_seq_length）或图像分辨率"},
     "free_other_process": {"en": "run `nvidia-smi`, stop the other process (or pick a free GPU with CUDA_VISIBLE_DEVICES)",
                            "zh": "运行 `nvidia-smi`，停掉其他进程（或用 CUDA_VISIBLE_DEVICES 换一张空闲的卡）"},
     "smaller_model": {"en": "pick a smaller model or a card with more memory",
@@ -109,3 +109,37 @@ def display_text(action, c):
         return f"export {var}=expandable_segments:True"
     text = _DISPLAY.get(action, {}).get(c.lang) or _DISPLAY.get(action, {}).get("en", "")
     return text.format(rule=c.d.rule)
+
+
+# Moves that are config changes even when the patch cannot carry them (the key or its value is
+# unknown, or the change lives in the DeepSpeed JSON): "change by hand", not "outside the config".
+MANUAL = ("reduce_batch", "grad_accum", "grad_checkpointing", "reduce_seq_len", "precision", "optimizer_8bit",
+          "zero_sharding", "cpu_offload", "eval_batch", "eval_accumulation")
+
+
+def why_text(action, c, changes):
+    """Why a move helps; the batch move says what its own numbers do (8 → 1 is not a halving)."""
+    if action == "reduce_batch":
+        said = _batch_why(c.lang, changes.get(c.key("batch")), changes.get(c.key("grad_accum")))
+        if said:
+            return said
+    return WHY[action][c.lang]
+
+
+def _batch_why(lang, batch, accum):
+    if not batch or not accum or not all(isinstance(v, int) and v > 0 for v in batch + accum):
+        return None
+    (b, nb), (g, ng) = batch, accum
+    if b <= nb:
+        return None
+    same = b * g == nb * ng
+    if lang == "zh":
+        acts = "减半" if b == 2 * nb else f"约降到原来的 {nb}/{b}" if b % nb else f"约降到原来的 1/{b // nb}"
+        keep = f"等效批量仍是 {b} × {g} = {b * g}，训练结果不变。" if same else \
+            f"等效批量从 {b} × {g} = {b * g} 变为 {nb} × {ng} = {nb * ng}，结果会略有不同。"
+        return f"单卡批处理大小从 {b} 降到 {nb}，激活值和 logits {acts}；梯度累积从 {g} 增到 {ng}，" + keep
+    acts = "halve" if b == 2 * nb else f"fall to about {nb}/{b}" if b % nb else f"fall to about 1/{b // nb}"
+    keep = f"keeps the effective batch at {b} × {g} = {b * g}, so results do not change." if same else \
+        f"moves the effective batch from {b} × {g} = {b * g} to {nb} × {ng} = {nb * ng}, so results change slightly."
+    return f"A per-device batch of {nb} instead of {b}: activations and logits {acts}; gradient accumulation " \
+           f"{g} → {ng} " + keep

@@ -166,12 +166,22 @@ def _make_group(key, leader, members, scores, total, lang):
     rep = min(typical, key=lambda m: (abs((m[2].get("memory", {}).get("tried_gib") or 0) - (mem["tried_gib"] or 0)),
                                       m[2]["source"]))
     exact = sum(1 for m in members if m[1] == leader)
-    reason = f"rule {rule} ({phase}, {component}, {accelerator}); signature: {leader or '(no error line, no frames)'}"
-    if exact > 1:
-        reason += f"; {exact} identical after normalising"
-    if exact < len(members):
-        reason += (f"; {len(members) - exact} similar (token_sort_ratio ≥ {SIMILARITY}, "
-                   f"lowest {min(scores.values()):.0f})")
+    if lang == "zh":
+        from .i18n import label
+        reason = (f"规则 {rule}（{label(phase, lang)}，{label(component, lang)}，{accelerator}）；"
+                  f"特征：{leader or '（没有报错行，也没有调用栈）'}")
+        if exact > 1:
+            reason += f"；归一化后 {exact} 份完全相同"
+        if exact < len(members):
+            reason += (f"；{len(members) - exact} 份相似（token_sort_ratio ≥ {SIMILARITY}，"
+                       f"最低 {min(scores.values()):.0f}）")
+    else:
+        reason = f"rule {rule} ({phase}, {component}, {accelerator}); signature: {leader or '(no error line, no frames)'}"
+        if exact > 1:
+            reason += f"; {exact} identical after normalising"
+        if exact < len(members):
+            reason += (f"; {len(members) - exact} similar (token_sort_ratio ≥ {SIMILARITY}, "
+                       f"lowest {min(scores.values()):.0f})")
     g = Group(id=gid, count=len(members), share=round(len(members) / total, 4),
               members=[m[2]["source"] for m in members], verdict=verdict, rule=rule, phase=phase,
               component=component, accelerator=accelerator, representative=rep[2]["source"], first=order[0][2]["source"],

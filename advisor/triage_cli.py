@@ -185,34 +185,72 @@ def _gib(x):
     return "—" if x is None else (f"{x * 1024:.0f} MiB" if x < 1 else f"{x:.2f} GiB")
 
 
-def _counts(d):
+def _counts(d, lang="en"):
+    if lang == "zh":
+        from .i18n import label
+        return "，".join(f"{label(k, lang) if k != 'none' else '无'} {v}" for k, v in d.items()) or "—"
     return ", ".join(f"{k} {v}" for k, v in d.items()) or "—"
 
 
-def _summary_lines(s, fmt="{:<12} {}"):
+_ZH_BY = {"verdict": "结论", "phase": "发生阶段", "component": "占用来源", "accelerator": "加速器", "framework": "框架"}
+
+
+def _summary_lines(s, fmt="{:<12} {}", lang="en"):
+    if lang == "zh":
+        from .render.budget_text import pad
+        head = (f"{s['files']} 个文件：已诊断 {s['diagnosed']}，含显存或内存不足 {s['ooms']}，"
+                f"无法读取 {s['errors']}；共 {s.get('groups', 0)} 组")
+        line = (lambda k, v: f"{pad(k, 12)} {v}") if fmt == "{:<12} {}" else fmt.format
+        return [head] + [line(_ZH_BY[name], _counts(s["by_" + name], lang))
+                         for name in ("verdict", "phase", "component", "accelerator", "framework")]
     head = (f"{s['files']} files: {s['diagnosed']} diagnosed, {s['ooms']} with an OOM, "
             f"{s['errors']} unreadable; {s.get('groups', 0)} groups")
     return [head] + [fmt.format(name, _counts(s["by_" + name]))
                      for name in ("verdict", "phase", "component", "accelerator", "framework")]
 
 
-def render_table(r):
-    out = _summary_lines(r["summary"]) + [""]
+def render_table(r, lang="en"):
+    zh = lang == "zh"
+    out = _summary_lines(r["summary"], lang=lang) + [""]
     for i, g in enumerate(r["groups"], 1):
         mem = g["memory"]
+        if zh:
+            from .i18n import label
+            out.append(f"{i:>3}. [{g['id']}] {g['count']} 个文件（{100 * g['share']:.1f}%）  {label(g['verdict'], lang)}  "
+                       f"{g['rule']}  {label(g['phase'], lang)}/{label(g['component'], lang)}  {g['accelerator']}  "
+                       f"总容量 {_gib(mem['total_gib'])}，失败的申请 {_gib(mem['tried_gib'])}")
+            out += [f"     {g['title']}", f"     代表日志：{g['representative']}",
+                    f"     最早：{g['first']}   最晚：{g['last']}", f"     分组依据：{g['reason']}",
+                    f"     回复：{g['reply']}", ""]
+            continue
         out.append(f"{i:>3}. [{g['id']}] {g['count']} files ({g['share']:.1%})  {g['verdict']}  {g['rule']}  "
                    f"{g['phase']}/{g['component']}  {g['accelerator']}  capacity {_gib(mem['total_gib'])}, tried {_gib(mem['tried_gib'])}")
         out += [f"     {g['title']}", f"     representative: {g['representative']}",
                 f"     first: {g['first']}   last: {g['last']}", f"     grouped: {g['reason']}",
                 f"     reply: {g['reply']}", ""]
     if r["errors"]:
-        out.append(f"errors ({len(r['errors'])}):")
+        out.append(f"无法读取的文件（{len(r['errors'])}）：" if zh else f"errors ({len(r['errors'])}):")
         out += [f"  {e['path']}: {e['error']}" for e in r["errors"]]
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-def render_markdown(r):
+def render_markdown(r, lang="en"):
     s = r["summary"]
+    if lang == "zh":
+        from .i18n import label
+        out = ["# oom-doctor 批量分诊", ""] + [f"- {ln}" for ln in _summary_lines(s, "**{}**：{}", lang)] + [""]
+        out += ["| # | 分组 | 文件数 | 占比 | 结论 | 规则 | 发生阶段 | 占用来源 | 总容量 | 失败的申请 | 代表日志 |",
+                "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for i, g in enumerate(r["groups"], 1):
+            out.append(f"| {i} | `{g['id']}` | {g['count']} | {100 * g['share']:.1f}% | {label(g['verdict'], lang)} | "
+                       f"{g['rule']} | {label(g['phase'], lang)} | {label(g['component'], lang)} | "
+                       f"{_gib(g['memory']['total_gib'])} | {_gib(g['memory']['tried_gib'])} | `{g['representative']}` |")
+        for i, g in enumerate(r["groups"], 1):
+            out += ["", f"## {i}. {g['title']}（`{g['id']}`，{g['count']} 个文件）", "",
+                    f"最早 `{g['first']}`，最晚 `{g['last']}`。分组依据：{g['reason']}", "", "> " + g["reply"]]
+        if r["errors"]:
+            out += ["", "## 无法读取的文件", ""] + [f"- `{e['path']}`：{e['error']}" for e in r["errors"]]
+        return "\n".join(out) + "\n"
     out = ["# oom-doctor triage", ""] + [f"- {ln}" for ln in _summary_lines(s, "**{}**: {}")] + [""]
     out += ["| # | id | count | share | verdict | rule | phase | component | capacity | tried | representative |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -244,11 +282,13 @@ def render_csv(r):
     return buf.getvalue()
 
 
-def render_report(report, fmt="table"):
+def render_report(report, fmt="table", lang="en"):
     if fmt == "json":
         import json
         return json.dumps(report, ensure_ascii=False, indent=2) + "\n"
-    return {"table": render_table, "markdown": render_markdown, "csv": render_csv}[fmt](report)
+    if fmt == "csv":
+        return render_csv(report)         # for machines: English headers and keys in every language
+    return {"table": render_table, "markdown": render_markdown}[fmt](report, lang)
 
 
 @click.command("triage")
@@ -270,7 +310,7 @@ def triage(paths, fmt, jobs, lang, output):
         from .render.html import render_triage_html
         _emit(render_triage_html(report, lang or default_lang()), output)
     else:
-        _emit(render_report(report, fmt), output)
+        _emit(render_report(report, fmt, lang or default_lang()), output)
     if report["summary"]["ooms"]:
         sys.exit(EXIT_OOM)
     sys.exit(EXIT_OK if report["summary"]["diagnosed"] else EXIT_USAGE)    # nothing readable: an input error

@@ -13,6 +13,41 @@ def pad(text, width):
 COMPONENTS = ("weights_gib", "gradients_gib", "optimizer_states_gib", "activations_gib", "logits_gib", "overhead_gib")
 
 
+def fit_text(b, lang="en"):
+    """The card line's verdict, with the 20 % margin it is measured against."""
+    h = b["headroom_pct"]
+    shown = f"{h:.1f}" if not b.get("fits") and 0 < h and round(h) >= 20 else f"{h:.0f}"
+    if lang == "zh":
+        if b.get("fits"):
+            return f"余量 {shown}%，不少于要求的 20% → 放得下"
+        if h > 0:
+            return f"余量 {shown}%，少于要求的 20% → 放不下"
+        return f"余量 {shown}%：合计已超过可用显存 → 放不下"
+    if b.get("fits"):
+        return f"headroom {shown} %, at least the 20 % margin → fits"
+    if h > 0:
+        return f"headroom {shown} %, less than the 20 % margin → does not fit"
+    return f"headroom {shown} %: the total is above usable memory → does not fit"
+
+
+def observed_line(b, memory, lang="en"):
+    """When the estimate fits but the allocator saw more at the failure, say so, with its sum
+    labelled: the plan measures against the larger of the two."""
+    from ..plan import observed_need
+    seen = observed_need(memory or {})
+    if seen is None or not b.get("fits") or not b.get("usable_gib"):
+        return None
+    limit = 0.8 * b["usable_gib"]
+    if seen <= limit:
+        return None
+    held, tried = seen - memory["tried_gib"], memory["tried_gib"]
+    if lang == "zh":
+        return (f"  但失败时实际更多：已占用 {held:.2f} GiB + 失败的申请 {tried:.2f} GiB = {seen:.2f} GiB，"
+                f"超过可用显存的 80%（{limit:.2f} GiB）→ 按实际数据放不下")
+    return (f"  but the allocator saw more at the failure: in use {held:.2f} GiB + failed request {tried:.2f} GiB = "
+            f"{seen:.2f} GiB, above 80 % of usable ({limit:.2f} GiB) → by its numbers the run does not fit")
+
+
 def budget_lines(b, lang="en", memory=None, width=30):
     b = b if isinstance(b, dict) else b.to_json_dict()
     scale = max(b.get("capacity_gib") or 0, b["total_gib"]) or 1
@@ -20,21 +55,30 @@ def budget_lines(b, lang="en", memory=None, width=30):
     for key in COMPONENTS:
         value = b.get(key) or 0
         bar = "█" * max(0, round(width * value / scale)) if value else ""
-        lines.append(f"  {pad(label(key, lang), 28)} {value:8.2f} GiB  {bar}")
+        lines.append(f"  {pad(label(key, lang), 28)} {value:8.2f} GiB  {bar}".rstrip())
     lines.append(f"  {pad(label('total', lang), 28)} {b['total_gib']:8.2f} GiB")
     if b.get("capacity_gib"):
-        verdict = label("fits", lang) if b.get("fits") else label("not_fit", lang)
-        lines.append(f"  {pad(label('capacity_gib', lang), 28)} {b['capacity_gib']:8.2f} GiB   "
-                     f"{label('usable_gib', lang)} {b['usable_gib']:.2f} GiB, {label('headroom', lang)} "
-                     f"{b['headroom_pct']:.0f} % → {verdict}")
+        reserve = b["capacity_gib"] - b["usable_gib"]
+        if lang == "zh":
+            usable = f"可用显存 {b['usable_gib']:.2f} GiB（扣除 {reserve:.1f} GiB 预留）；"
+        else:
+            usable = f"usable {b['usable_gib']:.2f} GiB (capacity − {reserve:.1f} GiB reserve); "
+        lines.append(f"  {pad(label('capacity_gib', lang), 28)} {b['capacity_gib']:8.2f} GiB   {usable}{fit_text(b, lang)}")
+        seen = observed_line(b, memory, lang)
+        if seen:
+            lines.append(seen)
     return lines
 
 
 def render_budget_text(b, lang="en", fmt="text"):
+    from ..i18n import assumption_text
     d = b.to_json_dict()
-    head = f"{label('budget', lang)}: {d['model']} ({d['params_b']}B, trainable {d['trainable_params']:,})"
+    if lang == "zh":
+        head = f"{label('budget', lang)}：{d['model']}（{d['params_b']}B，可训练参数 {d['trainable_params']:,}）"
+    else:
+        head = f"{label('budget', lang)}: {d['model']} ({d['params_b']}B, trainable {d['trainable_params']:,})"
     body = budget_lines(d, lang)
-    notes = [f"  - {a}" for a in d["assumptions"]]
+    notes = [f"  - {assumption_text(a, lang)}" for a in d["assumptions"]]
     if fmt == "markdown":
         return "\n".join([f"### {head}", "", "```"] + body + ["```", "", f"**{label('assumptions', lang)}**", ""]
                          + [n.strip() for n in notes]) + "\n"

@@ -10,7 +10,7 @@ import functools
 import os
 
 from ..budget import MARGIN, RESERVE_GIB, estimate
-from ..i18n import HTML_WORDS as WORDS, label
+from ..i18n import HTML_WORDS as WORDS, action_name, colon, label
 
 BAR_W = 1000                                   # SVG user units of a bar's full width
 COMPONENTS = ("weights", "gradients", "optimizer_states", "activations", "logits", "overhead")
@@ -40,7 +40,7 @@ def segments(parts, scale):
         if not value or value <= 0:
             continue
         w = BAR_W * value / scale
-        out.append({"key": key, "gib": value, "x": round(x, 2), "w": round(w, 2)})
+        out.append({"key": key, "gib": value, "x": round(x, 2), "w": round(w, 2), "name": key})
         x += w
     return out
 
@@ -55,6 +55,8 @@ def alloc_parts(m):
     alloc, res, others = (m.get(k) or 0.0 for k in ("allocated_by_pytorch_gib", "reserved_unallocated_gib",
                                                      "other_processes_gib"))
     used = total - free if total is not None and free is not None else alloc + res + others
+    if total is not None:
+        used = min(used, total)
     rest = max(0.0, round(used - alloc - res - others, 4))
     return [("allocated", alloc), ("reserved", res), ("others", others), ("context", rest)], used
 
@@ -70,6 +72,8 @@ def picture(rows, capacity=None, usable=None, lang="en"):
         for key in ("note", "delta", "tried", "tried_x", "tried_w", "items"):
             r.setdefault(key, None)
         r["segs"] = segments(r["parts"], scale)
+        for s in r["segs"]:
+            s["name"] = _part_name(r, s["key"], lang)
         if r["tried"]:
             r["tried_x"], r["tried_w"] = x(r["used"]), x(r["tried"])
     margin = (1 - MARGIN) * usable if usable else None
@@ -79,15 +83,17 @@ def picture(rows, capacity=None, usable=None, lang="en"):
             "legend": _legend(rows, lang)}
 
 
+def _part_name(row, key, lang):
+    return (row.get("names") or {}).get(key) or (word(key, lang) if key in ALLOC_PARTS else label(key + "_gib", lang))
+
+
 def _legend(rows, lang):
     seen, out = set(), []
     for r in rows:
         for s in r["segs"]:
             if s["key"] not in seen:
                 seen.add(s["key"])
-                text = (r.get("names") or {}).get(s["key"]) or (
-                    word(s["key"], lang) if s["key"] in ALLOC_PARTS else label(s["key"] + "_gib", lang))
-                out.append({"key": s["key"], "text": text})
+                out.append({"key": s["key"], "text": s["name"]})
     return out
 
 
@@ -170,7 +176,7 @@ def timeline(d, lang):
     tl["pct"] = round(100 * x / BAR_W, 2) if x is not None else None
     head = word({"fail": "failed_at", "cut": "cut_at", "end": "ended_at"}[kind], lang)
     phase = f" · {label(d.phase, lang)}" if d.phase not in ("none", "unknown", "load") else ""
-    tl["caption"] = f"{head}: {where}{phase}"
+    tl["caption"] = f"{head}{colon(lang)}{where}{phase}"
     tl["events"] = _events(d, lang)
     return tl
 
@@ -181,9 +187,17 @@ def _events(d, lang):
         if e.marker in ("frame", "oom_numbers"):
             continue
         key = "ev_end" if e.marker in _END_MARKERS else f"ev_{e.marker}"
-        name = word(key, lang) if key in WORDS["en"] else e.marker
+        name = word(key, lang) if key in WORDS["en"] else marker_name(e.marker, lang)
         out.append({"line": e.line, "name": name, "end": key == "ev_end", "text": e.text})
     return out
+
+
+def marker_name(marker, lang):
+    """An evidence marker's name for a reader ('frame' -> '调用栈'); an unknown one as it is."""
+    for key in (f"ev_{marker}", f"mk_{marker}"):
+        if key in WORDS["en"]:
+            return word(key, lang)
+    return word("ev_end", lang) if marker in _END_MARKERS else marker
 
 
 # ---- pages ---------------------------------------------------------------------------------------
@@ -200,8 +214,10 @@ def _env():
 def _page(template, lang, **ctx):
     from .. import __version__
     L = lambda k, **kw: word(k, lang, **kw)  # noqa: E731
+    P = lambda text: f"（{text}）" if lang == "zh" else f" ({text})"  # noqa: E731
     return _env().get_template(template).render(lang=lang, html_lang="zh-CN" if lang == "zh" else "en", L=L,
-                                                version=__version__, **ctx)
+                                                C=colon(lang), P=P, pct=" %" if lang != "zh" else "%",
+                                                M=lambda m: marker_name(m, lang), version=__version__, **ctx)
 
 
 def diff_lines(patch):
@@ -219,7 +235,11 @@ def render_html(d, lang="en"):
     rows, note, pic = [], None, None
     capacity = mem.get("total_gib") or (d.budget or {}).get("capacity_gib")
     if d.budget:
-        rows.append(budget_row(word("row_estimate", lang), d.budget, lang))
+        from .budget_text import observed_line
+        seen = observed_line(d.budget, mem, lang)    # the estimate fits, the allocator saw more: say so
+        rows.append(budget_row(word("row_estimate", lang), d.budget, lang, note=seen.strip() if seen else None))
+        if seen:
+            rows[-1]["fits"] = False
     if mem.get("total_gib") is not None and (mem.get("allocated_by_pytorch_gib") is not None or
                                               mem.get("free_gib") is not None):
         rows.append(alloc_row(mem, lang))
@@ -228,9 +248,12 @@ def render_html(d, lang="en"):
         if spec is not None and d.plan:
             after, applied = after_plan(d, spec)
             if applied:
-                moves = ", ".join(applied)
+                moves = "、".join(action_name(a, lang) for a in applied) if lang == "zh" else ", ".join(applied)
                 rows.append(budget_row(word("row_after", lang), after.to_json_dict(), lang,
                                        note=word("after_note", lang, moves=moves)))
+                judged = [s["fits_after"] for s in d.plan if not s.get("alternative") and s.get("fits_after") is not None]
+                if judged:                    # the plan's own verdict (it adds what the allocator saw beyond the estimate)
+                    rows[-1]["fits"] = judged[-1]
             else:
                 note = word("after_unknown", lang)
     elif rows:
@@ -240,10 +263,15 @@ def render_html(d, lang="en"):
         pic = picture(rows, capacity, usable, lang)
     elif d.verdict == "device_oom":
         note = word("no_picture", lang)
-    from .text import change_text
-    plan = [dict(s, n=i, change=change_text(s)) for i, s in enumerate(d.plan or [], 1)]
+    from ..i18n import FACTS, fact_value
+    from .text import applies_text, bases, change_text, conflict_text, fits_text, headline, saves_text
+    plan = [dict(s, n=i, change=change_text(s, lang), name=action_name(s["action"], lang),
+                 saves=saves_text(s, lang, basis), fits=fits_text(s, lang, basis), applies=applies_text(s, lang))
+            for i, (s, basis) in enumerate(zip(d.plan or [], bases(d.plan)), 1)]
+    facts = [(FACTS.get(k, k) if lang == "zh" else k, fact_value(k, v, lang)) for k, v in fact_rows(d.facts or {})]
     return _page("diagnose.html.j2", lang, d=d, pic=pic, pic_note=note, tl=timeline(d, lang), plan=plan,
-                 diff=diff_lines(d.patch), memory=memory_rows(mem, lang), facts=fact_rows(d.facts or {}),
+                 headline=headline(d, lang), conflicts=[conflict_text(c, lang) for c in d.conflicts],
+                 diff=diff_lines(d.patch), memory=memory_rows(mem, lang), facts=facts,
                  bad=d.verdict in ("device_oom", "host_oom"), warn=d.verdict in ("not_oom", "incomplete"))
 
 
@@ -284,7 +312,9 @@ def render_budget_html(budget, spec, lang="en"):
                                                           gib=gib(abs(delta)))))
     pic = picture(rows, b.get("capacity_gib"), b.get("usable_gib"), lang)
     verdict = "verdict_nocard" if b.get("fits") is None else "verdict_fits" if b["fits"] else "verdict_short"
-    return _page("budget.html.j2", lang, b=b, pic=pic, verdict=word(verdict, lang), fits=b.get("fits"))
+    from ..i18n import assumption_text
+    return _page("budget.html.j2", lang, b=b, pic=pic, verdict=word(verdict, lang), fits=b.get("fits"),
+                 assumptions=[assumption_text(a, lang) for a in b.get("assumptions") or []])
 
 
 # ---- triage ----------------------------------------------------------------------------------------

@@ -2,18 +2,37 @@
 
 import textwrap
 
+from ..i18n import action_name, label
+
+
+def _name(key, lang):
+    if key == "auto":
+        return "按日志判断" if lang == "zh" else "auto"
+    return label(key, lang) if lang == "zh" else key
+
 
 def explain_text(rule, lang="en"):
     when = rule.when.stated()
-    lines = [f"{rule.id} {rule.name} — {getattr(rule.title, lang)}", "",
-             f"verdict: {rule.verdict}   phase: {rule.phase}   component: {rule.component}   "
-             f"priority: {rule.priority}   confidence: {rule.confidence}", ""]
-    lines += textwrap.wrap(getattr(rule.summary, lang), 100) + [""]
-    lines += textwrap.wrap(getattr(rule.explanation, lang), 100) + [""]
-    lines.append(("first moves: " if lang == "en" else "首选操作：") + ", ".join(rule.actions))
-    lines.append(("matches when: " if lang == "en" else "触发条件：") +
-                 "; ".join(f"{k} = {' | '.join(v)}" for k, v in when.items()))
+    zh = lang == "zh"
+    if zh:
+        meta = (f"结论：{_name(rule.verdict, lang)}   发生阶段：{_name(rule.phase, lang)}   "
+                f"占用来源：{_name(rule.component, lang)}   优先级：{rule.priority}   置信度：{rule.confidence}")
+        wrap = lambda text: [text]  # noqa: E731  (Chinese has no spaces to wrap at: one line per paragraph)
+    else:
+        meta = (f"verdict: {rule.verdict}   phase: {rule.phase}   component: {rule.component}   "
+                f"priority: {rule.priority}   confidence: {rule.confidence}")
+        wrap = lambda text: textwrap.wrap(text, 100)  # noqa: E731
+    lines = [f"{rule.id} {rule.name} — {getattr(rule.title, lang)}", "", meta, ""]
+    lines += wrap(getattr(rule.summary, lang)) + [""]
+    lines += wrap(getattr(rule.explanation, lang)) + [""]
+    if zh:
+        lines.append("首选操作：" + "、".join(action_name(a, lang) for a in rule.actions))
+        lines.append("触发条件：" + "；".join(f"{k} = {' | '.join(v)}" for k, v in when.items()))
+        if rule.unless:
+            lines.append("例外条件：" + "；".join(f"{k} = {' | '.join(v)}" for k, v in rule.unless.stated().items()))
+        return "\n".join(lines)
+    lines.append("first moves: " + ", ".join(rule.actions))
+    lines.append("matches when: " + "; ".join(f"{k} = {' | '.join(v)}" for k, v in when.items()))
     if rule.unless:
-        lines.append("unless: " + "; ".join(f"{k} = {' | '.join(v)}"
-                                            for k, v in rule.unless.stated().items()))
+        lines.append("unless: " + "; ".join(f"{k} = {' | '.join(v)}" for k, v in rule.unless.stated().items()))
     return "\n".join(lines)

@@ -1,6 +1,6 @@
 """Plain-text report for a terminal; colour only when asked (a TTY without NO_COLOR)."""
 
-from ..i18n import label
+from ..i18n import action_name, colon, facts_line, label, steps_ref
 from ..units import fmt_gib
 
 _COLORS = {"red": "31", "green": "32", "yellow": "33", "bold": "1", "dim": "2", "cyan": "36"}
@@ -24,12 +24,30 @@ def fact_rows(facts):
     return [(k, facts[k]) for k in keys if facts.get(k) is not None]
 
 
+def headline(d, lang):
+    """'GPU out of memory: title', without the verdict again when the title already starts with it."""
+    verdict = label(d.verdict, lang)
+    if d.title.startswith(verdict) or not d.title:
+        return d.title or verdict
+    return verdict + colon(lang) + d.title
+
+
+def conflict_text(c, lang):
+    if lang == "zh":
+        from ..i18n import FACTS
+        return f"{FACTS.get(c['fact'], c['fact'])}：日志 {c['log']} / 配置 {c['config']}"
+    return f"{c['fact']}: log {c['log']} / config {c['config']}"
+
+
 def render_text(d, lang="en", color=False):
     L = lambda k: label(k, lang)  # noqa: E731
+    zh = lang == "zh"
+    sep = colon(lang)
     bad = d.verdict in ("device_oom", "host_oom")
-    out = [_c(f"{L(d.verdict)}: {d.title}", "red" if bad else "green", color), "", d.summary, ""]
-    out.append(f"  {L('phase')}: {L(d.phase)}    {L('component')}: {L(d.component)}    "
-               f"{L('rule')}: {d.rule} ({L('confidence')} {d.confidence:.2f})")
+    out = [_c(headline(d, lang), "red" if bad else "green", color), "", d.summary, ""]
+    conf = f"（{L('confidence')} {d.confidence:.2f}）" if zh else f" ({L('confidence')} {d.confidence:.2f})"
+    out.append(f"  {L('phase')}{sep}{L(d.phase)}    {L('component')}{sep}{L(d.component)}    "
+               f"{L('rule')}{sep}{d.rule}{conf}")
     rows = memory_rows(d.memory, lang)
     if rows:
         out += ["", _c(L("numbers"), "bold", color)]
@@ -40,8 +58,8 @@ def render_text(d, lang="en", color=False):
         out += ["", _c(L("budget"), "bold", color)] + budget_lines(d.budget, lang, d.memory)
     if d.plan:
         out += ["", _c(L("plan"), "bold", color)]
-        for i, step in enumerate(d.plan, 1):
-            out.append(f"  {i}. {step_line(step, lang)}")
+        for i, (step, basis) in enumerate(zip(d.plan, bases(d.plan)), 1):
+            out.append(f"  {i}. {step_line(step, lang, basis)}")
             if step.get("why"):
                 out.append(_c(f"     {step['why']}", "dim", color))
     if d.patch:
@@ -52,40 +70,89 @@ def render_text(d, lang="en", color=False):
             out.append("  " + (_c(ln, col, color) if col else ln))
     if d.conflicts:
         out += ["", _c(L("conflicts"), "yellow", color)]
-        out += [f"  {c['fact']}: log {c['log']} / config {c['config']}" for c in d.conflicts]
+        out += [f"  {conflict_text(c, lang)}" for c in d.conflicts]
     for note in d.notes:
         out += ["", _c("! " + note, "yellow", color)]
     out += ["", _c(L("evidence"), "bold", color)]
-    out += [f"  {L('line')} {('~' if e.approximate else '') + str(e.line):>7}  {e.text[:160]}" for e in d.evidence]
+    for e in d.evidence:
+        n = ("~" if e.approximate else "") + str(e.line)
+        out.append(f"  {'第 ' + n + ' 行':>10}  {e.text[:160]}" if zh else f"  {L('line')} {n:>7}  {e.text[:160]}")
     facts = fact_rows(d.facts)
     if facts:
-        out += ["", _c(L("facts"), "bold", color), "  " + ", ".join(f"{k}={v}" for k, v in facts)]
+        out += ["", _c(L("facts"), "bold", color), "  " + facts_line(facts, lang)]
     if d.earlier_failures:
-        out += ["", f"  {L('earlier')}: {d.earlier_failures}"]
+        out += ["", f"  {L('earlier')}{sep}{d.earlier_failures}"]
     return "\n".join(out) + "\n"
 
 
-def show_value(value):
+def show_value(value, lang="en"):
     if value is None:
-        return "unset"
+        return "（未设置）" if lang == "zh" else "unset"
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def change_text(step):
+def change_text(step, lang="en"):
     """A step's changes as 'key: old → new' lines, or what to do outside the config."""
     changes = step.get("changes") or {}
-    return [f"{k}: {show_value(v[0])} → {show_value(v[1])}" for k, v in changes.items()] or [step.get("display") or ""]
+    return [f"{k}: {show_value(v[0], lang)} → {show_value(v[1], lang)}" for k, v in changes.items()] or \
+        [step.get("display") or ""]
 
 
-def step_line(step, lang):
-    change = ", ".join(t for t in change_text(step) if t)
-    bits = [step["action"]]
-    if change:
-        bits.append(change)
-    if step.get("saves_gib"):
-        bits.append(f"{label('saves', lang)} ~{step['saves_gib']:.1f} GiB")
-    if step.get("fits_after") is not None:
-        bits.append(label("fits", lang) if step["fits_after"] else label("not_fit", lang))
-    if step.get("applicability"):
-        bits.append(f"[{label(step['applicability'], lang)}]")
-    return " — ".join(bits)
+def bases(plan):
+    """For each step, the earlier main steps its estimate already includes.
+
+    The plan applies its main steps one after another, so a main step's saving and its "fits" are
+    on top of the main steps above it; alternatives are estimated on top of all main steps. Steps
+    outside the estimate (no `fits_after`) change nothing it measures and are not counted.
+    """
+    out, main = [], []
+    for i, step in enumerate(plan or [], 1):
+        out.append(list(main))
+        if not step.get("alternative") and step.get("fits_after") is not None:
+            main.append(i)
+    return out
+
+
+def saves_text(step, lang, basis=()):
+    gib = step.get("saves_gib")
+    if not gib:
+        return ""
+    if step["action"] == "expandable_segments":
+        return f"最多可回收约 {gib:.1f} GiB 已预留未分配的显存" if lang == "zh" else \
+            f"frees up to ~{gib:.1f} GiB held as reserved but unallocated"
+    if lang == "zh":
+        return (f"在{steps_ref(basis, lang)}之上再节省约 {gib:.1f} GiB" if basis else f"节省约 {gib:.1f} GiB")
+    return f"saves ~{gib:.1f} GiB" + (f" on top of {steps_ref(basis, lang)}" if basis else "")
+
+
+def fits_text(step, lang, basis=()):
+    fits = step.get("fits_after")
+    if fits is None:
+        return ""
+    if lang == "zh":
+        with_ = f"连同{steps_ref(basis, lang)}" if basis else ""
+        return with_ + ("放得下（留 20% 余量）" if fits else "仍然放不下")
+    with_ = f" with {steps_ref(basis, lang)}" if basis else ""
+    return ("fits" + with_ + " (20 % margin)") if fits else ("still short" + with_)
+
+
+def applies_text(step, lang):
+    from ..planwords import MANUAL
+    key = step.get("applicability") or ""
+    if key == "display" and step["action"] in MANUAL:
+        key = "manual"
+    return label(key, lang) if key else ""
+
+
+def step_line(step, lang, basis=()):
+    zh = lang == "zh"
+    name = action_name(step["action"], lang)
+    if step.get("alternative"):
+        name = "备选：" + name if zh else name + " (alternative)"
+    change = ("，" if zh else ", ").join(t for t in change_text(step, lang) if t)
+    rest = [t for t in (saves_text(step, lang, basis), fits_text(step, lang, basis)) if t]
+    tag = applies_text(step, lang)
+    if zh:
+        line = name + ("：" + change if change else "") + "".join("；" + t for t in rest)
+        return line + (f"【{tag}】" if tag else "")
+    return " — ".join([name] + ([change] if change else []) + rest + ([f"[{tag}]"] if tag else []))
