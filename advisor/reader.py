@@ -317,6 +317,7 @@ def _same(text):
     return text
 
 
+_FRAME_END = re.compile(r"line \d+, in [\w<>.]+$")
 _GLUED = re.compile(r"(?:/s|/it)\](?=[^\s,|\]])")   # tqdm's closing bracket with the next output glued on
 
 
@@ -353,8 +354,11 @@ def _physical_to_logical(stream, start_no):
         for seg in resolve_redraws(raw):
             seg = clean(seg)                    # a terminal wraps what it shows, not escape codes
             wrapped = width is not None and len(seg) == width
-            if carry is not None and (carry[3] > MAX_LINE_HEAD + MAX_LINE_TAIL or NEW_RECORD.match(seg)):
-                yield flush()                   # bounded like a physical line: never a quadratic join
+            if carry is not None and (carry[3] > MAX_LINE_HEAD + MAX_LINE_TAIL or NEW_RECORD.match(seg)
+                                      or seg[:2] == "  " and _FRAME_END.search(carry[1][-1])):
+                # bounded like a physical line (never a quadratic join); a frame header that happens to
+                # be as long as the wrap width ends there when an indented source line follows
+                yield flush()
             if carry is not None:
                 carry[1].append(seg)            # a continuation has no prefixes of its own
                 carry[3] += len(seg)
