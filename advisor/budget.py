@@ -138,6 +138,7 @@ class Budget(Record):
     shard_degree: int = 1
     estimates: str = "reserved"               # what the total stands for: the allocator's reserved peak + context
     typical_total_gib: Optional[float] = None  # batches padded to half the cutoff (worst case: total_gib)
+    padding: Optional[str] = None             # the padding assumption, in one line
 
     def to_json_dict(self):
         return {"schema": "oom-doctor/budget/v1", **self.model_dump()}
@@ -259,7 +260,8 @@ def estimate(s: Spec) -> Budget:
                   total_gib=_g(total), capacity_gib=s.capacity_gib, usable_gib=round(usable, 2) if usable else None,
                   fits=fits, headroom_pct=head, assumptions=notes, working_buffers_gib=_g(at["buffers"]),
                   peak_phase=peak, phases={k: _g(v) for k, v in phases.items()}, overhead_terms=terms,
-                  sharding=kind, shard_degree=n, typical_total_gib=typical)
+                  sharding=kind, shard_degree=n, typical_total_gib=typical,
+                  padding=next((a for a in notes if a.startswith(("padding:", "packing:"))), None))
 
 
 def _states(s, P, half, trainable, kind, n):
@@ -491,8 +493,8 @@ def _phase_notes(s, peak, phases, terms, typical, foreach=None):
     if s.packing:
         out.append(f"packing: every row is filled to {s.seq} tokens, so this is the typical step too")
     elif typical is not None:
-        out.append(f"padding: worst case, every sample padded to {s.seq} tokens (cutoff_len); batches pad to their "
-                   f"longest sample, so at {s.seq // 2} tokens the peak is {typical:.2f} GiB")
+        out.append(f"padding: worst case, every sample padded to the cutoff ({s.seq} tokens); batches pad to their "
+                   f"longest sample, and at {s.seq // 2} tokens the peak is {typical:.2f} GiB")
     return out
 
 

@@ -24,7 +24,7 @@ LABELS = {
         "working_buffers_gib": "gathered layers, buffers", "peak_in": "peak in",
         "forward": "forward", "backward": "backward", "optimizer_step": "optimizer step",
         "cuda_context_gib": "CUDA context", "workspaces_gib": "workspaces", "allocator_slack_gib": "allocator slack",
-        "typical": "typical (half the cutoff)",
+
         "weights_gib": "weights", "gradients_gib": "gradients", "optimizer_states_gib": "optimizer states",
         "activations_gib": "activations", "capacity_gib": "card capacity", "usable_gib": "usable (minus reserve)",
         "total": "total (peak per GPU)", "headroom": "headroom", "assumptions": "Assumptions",
@@ -53,7 +53,7 @@ LABELS = {
         "working_buffers_gib": "聚合层与临时缓冲", "peak_in": "峰值出现在",
         "forward": "前向", "backward": "反向", "optimizer_step": "优化器更新",
         "cuda_context_gib": "CUDA 上下文", "workspaces_gib": "工作区", "allocator_slack_gib": "分配器余量",
-        "typical": "典型情况（截断长度的一半）",
+
         "weights_gib": "权重", "gradients_gib": "梯度", "optimizer_states_gib": "优化器状态",
         "activations_gib": "激活值", "capacity_gib": "显卡容量", "usable_gib": "可用（扣除预留）",
         "total": "合计（单卡峰值）", "headroom": "余量", "assumptions": "假设",

@@ -33,8 +33,8 @@ def budget_lines(b, lang="en", memory=None, width=30):
     if phases:
         lines.append(f"  {pad(label('peak_in', lang), 28)} {label(b.get('peak_phase'), lang)} ("
                      + ", ".join(f"{label(k, lang)} {phases[k]:.2f}" for k in PHASES if k in phases) + " GiB)")
-    if b.get("typical_total_gib") is not None:
-        lines.append(f"  {pad(label('typical', lang), 28)} {b['typical_total_gib']:8.2f} GiB")
+    if b.get("padding"):
+        lines.append(f"  {b['padding']}")
     if b.get("capacity_gib"):
         verdict = label("fits", lang) if b.get("fits") else label("not_fit", lang)
         lines.append(f"  {pad(label('capacity_gib', lang), 28)} {b['capacity_gib']:8.2f} GiB   "
