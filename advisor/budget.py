@@ -309,16 +309,18 @@ def _states(s, P, half, trainable, kind, n):
     # DeepSpeed, after estimate_zero2/zero3_model_states_mem_needs (deepspeed/runtime/zero/
     # stage_1_and_2.py, stage3.py): ZeRO-1/2 keep the 16-bit weights whole, the fp32 master copy,
     # the moments and an fp32 gradient partition are 1/N each; ZeRO-2 also partitions the 16-bit
-    # gradients; ZeRO-3 partitions the 16-bit weights too (2 + 2 + 16 bytes over N, DeepSpeed
-    # counts 18: the fp32 gradient exists one optimizer sub-group at a time, see _sharding).
+    # gradients. ZeRO-3 partitions the 16-bit weights too and reduces gradients straight into
+    # grad_partitions_flat_buffer (gradient_accumulation_dtype, fp32 under mixed precision, on the
+    # GPU unless the optimizer is offloaded): 2 + 4 + 12 = DeepSpeed's 18 bytes over N.
     weights, optim = frozen + owned, optim
     if kind == "zero1":
         optim, fp32_grads = optim / n, fp32_grads / n
     elif kind == "zero2":
         optim, fp32_grads, grads = optim / n, fp32_grads / n, grads / n
     elif kind == "zero3":
-        optim, grads, weights = optim / n, grads / n, weights / n
-        fp32_grads = 0.0                  # per sub-group at the step (_sharding)
+        optim, weights = optim / n, weights / n
+        grads = (fp32_grads if fp32_grads else grads) / n
+        fp32_grads = 0.0
     if s.offload and kind in ("zero1", "zero2", "zero3"):
         optim, fp32_grads = 0.0, 0.0      # offload_optimizer: master, moments, fp32 grads on the host
         if kind == "zero3":               # offload_param: only gathered layers stay (estimate_zero3: largest layer)
@@ -357,7 +359,7 @@ def _activations(s, p, half):
         # bitsandbytes dequantises each 4/8-bit linear to a 16-bit weight for its matmul, in forward
         # and again in backward, and frees it after; the caching allocator keeps the largest such
         # block, about twice (the backward's next dequantisation overlaps the gradient matmul)
-        per, copies = linear_shapes(m)
+        per, _ = linear_shapes(m)
         p.quant = 2 * max(i * o for i, o in per.values()) * 2
 
 
@@ -389,7 +391,8 @@ def _sharding(s, p, P, half, trainable, kind, n):
         gathered = min(live_cap, unit + prefetch) * wbytes + big * half
         p.gather_fwd = gathered
         p.gather_bwd = gathered + (big * half if full else 0.0) + reduce * 2 * (2 if s.overlap_comm else 1)
-        # the step works on one fp32 sub-group at a time: its fp32 gradients are built, then freed
+        # the step works on one sub-group (sub_group_size) at a time and flattens its gradients
+        # into one fp32 tensor for the optimizer, freed after
         sub = min(DS_SUB_GROUP, trainable / n)
         p.step_temp = sub * 4 if not s.offload else 0.0
     elif kind.startswith("fsdp"):
@@ -408,12 +411,12 @@ def _sharding(s, p, P, half, trainable, kind, n):
             p.gather_bwd += resident
         p.step_temp = _adam_temp(s, trainable / n)
         return
-    if kind in ("none", "ddp"):
+    elif kind in ("none", "ddp"):
         p.step_temp = _adam_temp(s, trainable)
         if kind == "ddp":
             p.gather_bwd = 25 * 2 ** 20 * 2       # DDP's first bucket (bucket_cap_mb 25) in flight
-    elif s.offload:
-        p.step_temp = 0.0
+    if s.offload and kind in ("zero1", "zero2"):
+        p.step_temp = 0.0                         # the step runs on the host (DeepSpeedCPUAdam)
 
 
 def _adam_temp(s, trainable):
