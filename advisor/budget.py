@@ -42,17 +42,22 @@ RESERVE_GIB = 0.5             # kept back from the allocator-reported capacity (
 CUDA_CONTEXT_GIB = {"new": 1.0, "old": 1.0}
 # cuBLAS/cuBLASLt workspaces (a few MiB to 32 MiB per handle and stream), FlashAttention/SDPA and
 # cross-entropy scratch: ~0.25 GiB. On several GPUs NCCL's communicator buffers (NCCL_BUFFSIZE 4 MiB
-# per channel per peer, up to 32 channels over NVLink, plus proxy and work FIFOs): ~1 GiB a GPU.
+# per channel per peer, up to 32 channels over NVLink, NVLS/collnet buffers on NVSwitch systems, proxy
+# and work FIFOs): 1-2 GiB a GPU. CALIBRATED within that range on the sharded rows.
 WORKSPACE_GIB = 0.25
-NCCL_GIB = 1.0
+NCCL_GIB = 1.5
 # Allocator slack: what the caching allocator reserves beyond the tensors alive at the peak. Tensors
-# that come and go every step (activations, logits, gathered layers, temporaries) leave freed
-# blocks it cannot reuse for a larger request; weights and states, allocated once, only pay block
-# rounding (512 B, 2 MiB segments). CALIBRATED: PyTorch's reserved-but-unallocated vs allocated at 25
-# OOMs in shared/real_logs (median 1 %, 75th percentile 12 %) and the measured rows; sharded runs
-# gather and free a layer per module many times a step and fragment more.
+# that come and go every step (activations, logits, temporaries) leave freed blocks it cannot reuse
+# for a larger request; weights and states, allocated once, only pay block rounding (512 B, 2 MiB
+# segments). CALIBRATED: PyTorch's reserved-but-unallocated vs allocated at 25 OOMs in
+# shared/real_logs (median 1 %, 75th percentile 12 %) and the measured rows.
 SLACK = 0.08                  # share of the transient tensors
-SLACK_SHARDED = 0.30
+# Gathered parameters and communication buckets are allocated on the communication stream and
+# used on the compute stream (record_stream): a block goes back to the pool only once both streams
+# are past it, so more copies stay reserved than are alive — the "high GPU reserved memory" that
+# FSDP's rate limiter (limit_all_gathers) was added for (pytorch/pytorch, "[FSDP] Add limiter using
+# CUDA events"). CALIBRATED on the sharded rows: ~1.5 more copies of the gathered working set.
+GATHER_RESERVED = 1.5
 SLACK_STATIC = 0.04           # share of weights, gradients and optimizer states
 
 # ---- activations and logits ------------------------------------------------------------------------
@@ -223,21 +228,19 @@ def estimate(s: Spec) -> Budget:
     live = {}     # phase -> {component: bytes alive}
     common = dict(weights=p.weights, optim=p.optim)
     live["forward"] = dict(common, grads=p.grads_persist, acts=p.acts, logits=p.logits,
-                           buffers=p.gather_fwd + p.quant)
+                           gathered=p.gather_fwd, buffers=p.quant)
     start = dict(common, grads=p.grads_persist, acts=p.acts + p.layer, logits=p.logits,
-                 buffers=p.gather_bwd + p.quant)
+                 gathered=p.gather_bwd, buffers=p.quant)
     end = dict(common, grads=p.grads, acts=p.layer if s.grad_ckpt else 0.0, logits=0.0,
-               buffers=p.gather_bwd + p.quant)
+               gathered=p.gather_bwd, buffers=p.quant)
     live["backward"] = start if sum(start.values()) >= sum(end.values()) else end
-    live["optimizer_step"] = dict(common, grads=p.grads, acts=0.0, logits=0.0, buffers=p.step_temp)
-    sharded = kind not in ("none", "ddp")
+    live["optimizer_step"] = dict(common, grads=p.grads, acts=0.0, logits=0.0, gathered=0.0, buffers=p.step_temp)
     ctx = CUDA_CONTEXT_GIB["old" if s.bf16_native is False else "new"] * GiB
     work = (WORKSPACE_GIB + (NCCL_GIB if s.gpus > 1 else 0.0)) * GiB
-    slack_share = SLACK_SHARDED if sharded else SLACK
     phases = {}
 
     def slack_of(parts):
-        return (slack_share * (parts["acts"] + parts["logits"] + parts["buffers"])
+        return (SLACK * (parts["acts"] + parts["logits"] + parts["buffers"]) + GATHER_RESERVED * parts["gathered"]
                 + SLACK_STATIC * (parts["weights"] + parts["grads"] + parts["optim"]))
     for name, parts in live.items():
         phases[name] = sum(parts.values()) + slack_of(parts) + ctx + work
@@ -258,7 +261,8 @@ def estimate(s: Spec) -> Budget:
                   weights_gib=_g(at["weights"]), gradients_gib=_g(at["grads"]), optimizer_states_gib=_g(at["optim"]),
                   activations_gib=_g(at["acts"]), logits_gib=_g(at["logits"]), overhead_gib=_g(overhead),
                   total_gib=_g(total), capacity_gib=s.capacity_gib, usable_gib=round(usable, 2) if usable else None,
-                  fits=fits, headroom_pct=head, assumptions=notes, working_buffers_gib=_g(at["buffers"]),
+                  fits=fits, headroom_pct=head, assumptions=notes,
+                  working_buffers_gib=_g(at["buffers"] + at["gathered"]),
                   peak_phase=peak, phases={k: _g(v) for k, v in phases.items()}, overhead_terms=terms,
                   sharding=kind, shard_degree=n, typical_total_gib=typical,
                   padding=next((a for a in notes if a.startswith(("padding:", "packing:"))), None))
@@ -409,7 +413,7 @@ def _sharding(s, p, P, half, trainable, kind, n):
             resident = (P * gbytes if not s.quant_bits else P * wbytes)
             p.gather_fwd += resident
             p.gather_bwd += resident
-        p.step_temp = _adam_temp(s, trainable / n)
+        p.step_temp = _adam_temp(s, trainable, n)    # on this GPU's shard of each parameter
         return
     elif kind in ("none", "ddp"):
         p.step_temp = _adam_temp(s, trainable)
@@ -419,7 +423,7 @@ def _sharding(s, p, P, half, trainable, kind, n):
         p.step_temp = 0.0                         # the step runs on the host (DeepSpeedCPUAdam)
 
 
-def _adam_temp(s, trainable):
+def _adam_temp(s, trainable, n=1):
     """The optimizer step's temporaries. torch's AdamW builds sqrt(v) (and the update) per tensor in
     its for-loop and fused forms: about the largest parameter's state. Its foreach form (the CUDA
     default of `adamw_torch`) builds sqrt(v) for the whole group at once, one more copy of the second
@@ -430,8 +434,8 @@ def _adam_temp(s, trainable):
         return 0.0
     state = 2 if s.precision == "pure_bf16" else 4
     if "foreach" in str(s.optim).lower():
-        return trainable * state
-    return min(trainable, largest_module_params(s.model)) * state * 2
+        return trainable / n * state
+    return min(trainable, largest_module_params(s.model)) / n * state * 2
 
 
 def foreach_extra(s, trainable, n=1):

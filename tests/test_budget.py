@@ -228,9 +228,9 @@ def test_sharded_groundtruth_error_within_targets():
     line = next(x for x in p.stdout.splitlines() if x.startswith("sharded"))
     med = float(line.split("median |error|")[1].split("%")[0])
     p90 = float(line.split("p90 |error|")[1].split("%")[0])
-    # the known gap: with CPU offload (ZeRO-3 offload_param, FSDP CPUOffload) measured peaks sit 4-5 GiB
-    # above what the mechanism leaves on the GPU (LlamaFactory#5977 reads 39 % low)
-    assert med <= 15 and p90 <= 45, line
+    # the known gap: with CPU offload (ZeRO-3 offload_param, FSDP CPUOffload) measured peaks sit 2-5 GiB
+    # above what the mechanism leaves on the GPU (FSDP + QLoRA offload reads 25 % low)
+    assert med <= 10 and p90 <= 30, line
 
 
 def test_catalogue_snapshot_and_estimator_import_no_circle():
