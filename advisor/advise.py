@@ -4,14 +4,15 @@ from .budget import estimate
 from .i18n import colon, label
 from .plan import make_plan, observed_need
 from .rules import rules_by_id
-from .runspec import spec_from_facts
+from .runspec import sharding_facts, spec_from_facts
 
 
 def complete(diagnosis, config=None, gpu=None, model=None, params=None):
     rule = rules_by_id()[diagnosis.rule]
     spec = None
     if diagnosis.verdict == "device_oom":
-        spec, notes = spec_from_facts(diagnosis.facts, diagnosis.memory, gpu=gpu, model=model, params=params)
+        spec, notes = spec_from_facts(diagnosis.facts, diagnosis.memory, gpu=gpu, model=model, params=params,
+                                      overrides=_sharding_seen(diagnosis, config))
         if spec is not None:
             budget = estimate(spec)
             budget.assumptions = notes + budget.assumptions
@@ -23,6 +24,15 @@ def complete(diagnosis, config=None, gpu=None, model=None, params=None):
         from .patch import patch_for
         diagnosis.patch, diagnosis.snippet = patch_for(diagnosis, config)
     return diagnosis
+
+
+def _sharding_seen(d, config):
+    """FSDP and DeepSpeed bucket settings: from the config, else FSDP's own frames in the evidence."""
+    out = sharding_facts(config) if config is not None else {}
+    if "fsdp" not in out and not str(d.facts.get("deepspeed") or "").startswith("zero") and any(
+            "torch/distributed/fsdp/" in e.text or "FullyShardedDataParallel" in e.text for e in d.evidence):
+        out["fsdp"] = "full_shard"               # the default strategy; the frames do not name it
+    return out
 
 
 def _compare(d, budget):

@@ -5,24 +5,70 @@ Bytes per parameter follow the course (DESIGN §5): full AdamW in mixed precisio
 per adapter parameter (fp32 after upcasting); QLoRA stores quantised linears at ~0.5 byte with
 16-bit embeddings and LM head. Activations are per-layer bytes per token from the architecture
 (hidden and MLP width; eager attention adds the s² scores), logits are batch × seq × vocab with
-the fp32 upcast. Constants marked CALIBRATED were fitted on the measured rows of
-shared/memory_groundtruth.csv (benchmarks/budget_calibration.py prints the table).
+the fp32 upcast.
+
+The peak is not the sum of the components: a training step has three phases, and the estimate is
+the largest of them (`phases`, `peak_phase`):
+  forward         weights + optimizer states (+ gradients kept across accumulation or in
+                  DeepSpeed's partitions) + the saved activations + the logits and loss;
+  backward        starts with all of that plus one layer's recomputed working set, and ends with
+                  every gradient present and the activations freed (whichever end is larger);
+  optimizer step  weights + gradients + optimizer states + the step's temporaries.
+Sharded runs (DeepSpeed ZeRO-1/2/3, FSDP) add the unsharded working set: gathered layers,
+communication buckets and fp32 flat partitions (see `_sharding`). Components in the JSON are what
+is live at the peak phase, so they add up to `total_gib`.
+
+Constants marked CALIBRATED were fitted on the measured rows of shared/memory_groundtruth.csv and
+shared/memory_groundtruth_configs.csv (benchmarks/budget_calibration.py prints the table); every
+other number comes from the mechanism named beside it.
 """
 
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Dict, List, Optional
 
-from .catalog import ModelShape
 from .record import Record
+from .shapes import ModelShape, count_params, layer_params, largest_module_params, linear_shapes  # noqa: F401
 
 GiB = 2 ** 30
 MARGIN = 0.20                 # the course's 20 % headroom
 RESERVE_GIB = 0.5             # kept back from the allocator-reported capacity (driver, other tools)
-OVERHEAD_GIB = 1.5            # CALIBRATED: CUDA context, cuBLAS/cuDNN workspaces, allocator slack
+
+# ---- overhead: three terms that exist -------------------------------------------------------------
+# The CUDA context: the driver's per-process state plus the kernels of libtorch_cuda, cuBLAS/cuDNN
+# and NCCL as they are first used. Freshly initialised it is 0.3-0.5 GiB with lazy module loading
+# (CUDA 11.7+, PyTorch's default since 2.0), ~1 GiB without; once a training step has touched its
+# kernels nvidia-smi shows ~1 GiB per process either way (the measured rows agree). torch's
+# max_memory_reserved() does not count it.
+CUDA_CONTEXT_GIB = {"new": 1.0, "old": 1.0}
+# cuBLAS/cuBLASLt workspaces (a few MiB to 32 MiB per handle and stream), FlashAttention/SDPA and
+# cross-entropy scratch: ~0.25 GiB. On several GPUs NCCL's communicator buffers (NCCL_BUFFSIZE 4 MiB
+# per channel per peer, up to 32 channels over NVLink, NVLS/collnet buffers on NVSwitch systems, proxy
+# and work FIFOs): 1-2 GiB a GPU. CALIBRATED within that range on the sharded rows.
+WORKSPACE_GIB = 0.25
+NCCL_GIB = 1.5
+# Allocator slack: what the caching allocator reserves beyond the tensors alive at the peak. Tensors
+# that come and go every step (activations, logits, temporaries) leave freed blocks it cannot reuse
+# for a larger request; weights and states, allocated once, only pay block rounding (512 B, 2 MiB
+# segments). CALIBRATED: PyTorch's reserved-but-unallocated vs allocated at 25 OOMs in
+# shared/real_logs (median 1 %, 75th percentile 12 %) and the measured rows.
+SLACK = 0.08                  # share of the transient tensors
+# Gathered parameters and communication buckets are allocated on the communication stream and
+# used on the compute stream (record_stream): a block goes back to the pool only once both streams
+# are past it, so more copies stay reserved than are alive — the "high GPU reserved memory" that
+# FSDP's rate limiter (limit_all_gathers) was added for (pytorch/pytorch, "[FSDP] Add limiter using
+# CUDA events"). CALIBRATED on the sharded rows: ~1.5 more copies of the gathered working set.
+GATHER_RESERVED = 1.5
+SLACK_STATIC = 0.04           # share of weights, gradients and optimizer states
+
+# ---- activations and logits ------------------------------------------------------------------------
 ACT_H, ACT_I = 18, 9          # CALIBRATED: bytes per token per layer = 18·hidden + 9·mlp_width (16-bit)
-CKPT_H = 4                    # CALIBRATED: bytes per token per layer kept under checkpointing (inputs + norms)
-SLACK = 0.04                  # CALIBRATED: allocator caching above what tensors hold, share of the total
-LOGIT_BYTES = 10              # CALIBRATED: bf16 logits + fp32 upcast + fp32 gradient, per element
+CKPT_H = 2                    # bytes per token per layer kept under full recomputation: the layer's 16-bit input
+                              # (Korthikanti et al. 2022: 2·sbh; fitted on the measured rows it stays 2)
+# CALIBRATED, per logit element: bf16 logits (2) + the loss's fp32 upcast (4) + fp32 log-softmax (4),
+# and at the start of backward their fp32 gradient before the saved tensors go. Qwen (v1) remote
+# code keeps the loss in 16 bit (logits, shifted copy, log-softmax, then their gradients) and its
+# measured slope is the same, so one figure serves both paths.
+LOGIT_BYTES = 12
 QUANT_BYTES = {4: 0.53, 8: 1.03}  # NF4/int8 weight plus quantisation constants (double-quant), per parameter
 OPTIM_BYTES = {"adamw": 8, "adam": 8, "8bit": 2, "adafactor": 0.1, "sgd": 4, "lion": 4, "adam_mini": 4,
                "galore": 2, "apollo": 2}
@@ -32,6 +78,12 @@ _ALIASES = {"c_attn": ("q_proj", "k_proj", "v_proj"), "w_pack": ("q_proj", "k_pr
             "dense": ("o_proj",), "c_proj": ("o_proj", "down_proj"), "w1": ("gate_proj",), "w2": ("up_proj",),
             "w3": ("down_proj",), "gate_up_proj": ("gate_proj", "up_proj"), "dense_h_to_4h": ("gate_proj", "up_proj"),
             "dense_4h_to_h": ("down_proj",), "out_proj": ("o_proj",), "fc1": ("up_proj",), "fc2": ("down_proj",)}
+
+# ---- DeepSpeed defaults (deepspeed/runtime/zero/config.py) and the HF integration's "auto" -----------
+DS_REDUCE_BUCKET = 5e8        # reduce_bucket_size / allgather_bucket_size, elements (ZeRO-1/2 configs set it)
+DS_SUB_GROUP = 1e9            # sub_group_size: ZeRO-3 steps the optimizer one fp32 sub-group at a time
+DS_MAX_LIVE = 1e9             # stage3_max_live_parameters
+SHARDINGS = ("none", "ddp", "zero1", "zero2", "zero3", "fsdp_full", "fsdp_grad_op", "fsdp_hybrid")
 
 
 @dataclass
@@ -55,11 +107,19 @@ class Spec(Record):
     bf16_native: Optional[bool] = None
     freeze_layers: int = 2
     liger: bool = False
+    fsdp: str = ""                        # "" | full_shard | shard_grad_op | hybrid_shard (FSDP's strategies)
+    grad_accum: int = 1
+    packing: Optional[bool] = None        # rows packed to cutoff_len: the worst case is then the typical one
+    gpus_per_node: int = 8                # HYBRID_SHARD shards within a node
+    reduce_bucket: Optional[float] = None     # DeepSpeed reduce_bucket_size (elements); None: the config's default
+    prefetch_bucket: Optional[float] = None   # DeepSpeed stage3_prefetch_bucket_size
+    max_live: Optional[float] = None          # DeepSpeed stage3_max_live_parameters
+    overlap_comm: Optional[bool] = None
 
 
 @dataclass
 class Budget(Record):
-    """DESIGN §3's `budget --format json` contract (GiB, peak per GPU)."""
+    """DESIGN §3's `budget --format json` contract (GiB, peak per GPU). Keys are only ever added."""
     model: str
     params_b: float
     trainable_params: int
@@ -75,24 +135,18 @@ class Budget(Record):
     fits: Optional[bool]
     headroom_pct: Optional[float]
     assumptions: List[str] = field(default_factory=list)
+    working_buffers_gib: float = 0.0          # gathered layers, buckets, dequantised weights, step temporaries
+    peak_phase: str = "backward"              # forward | backward | optimizer_step
+    phases: Dict[str, float] = field(default_factory=dict)        # each phase's total (GiB, overhead included)
+    overhead_terms: Dict[str, float] = field(default_factory=dict)  # cuda_context, workspaces, allocator_slack
+    sharding: str = "none"
+    shard_degree: int = 1
+    estimates: str = "reserved"               # what the total stands for: the allocator's reserved peak + context
+    typical_total_gib: Optional[float] = None  # batches padded to half the cutoff (worst case: total_gib)
+    padding: Optional[str] = None             # the padding assumption, in one line
 
     def to_json_dict(self):
         return {"schema": "oom-doctor/budget/v1", **self.model_dump()}
-
-
-def linear_shapes(m: ModelShape):
-    d, h = m.dim, m.hidden
-    mlp = m.moe_intermediate or m.intermediate if m.experts else m.intermediate
-    per = {"q_proj": (h, m.heads * d), "k_proj": (h, m.kv_heads * d), "v_proj": (h, m.kv_heads * d),
-           "o_proj": (m.heads * d, h), "gate_proj": (h, mlp), "up_proj": (h, mlp), "down_proj": (mlp, h)}
-    copies = {k: (m.experts if m.experts and k in ("gate_proj", "up_proj", "down_proj") else 1) for k in per}
-    return per, copies
-
-
-def count_params(m: ModelShape):
-    per, copies = linear_shapes(m)
-    layer = sum(i * o * copies[k] for k, (i, o) in per.items()) + 2 * m.hidden
-    return m.layers * layer + m.vocab * m.hidden * (1 if m.tied_embeddings else 2)
 
 
 def linear_params(m: ModelShape):
@@ -127,75 +181,279 @@ def optimizer_kind(optim):
     return "adamw"
 
 
+def sharding_of(s: Spec):
+    """(kind, shard degree): how the model states are split over the GPUs."""
+    n = max(1, s.gpus)
+    f = str(s.fsdp or "").lower()
+    if f and f not in ("no", "no_shard", "none", "false"):
+        if "hybrid" in f:
+            return "fsdp_hybrid", max(1, min(n, s.gpus_per_node))
+        return ("fsdp_grad_op" if "grad_op" in f or "zero2" in f else "fsdp_full"), n
+    if s.zero:
+        return f"zero{min(3, s.zero)}", n
+    return ("ddp" if n > 1 else "none"), 1
+
+
+@dataclass
+class _Parts:
+    """Bytes per GPU of each thing that can be alive, before the phases combine them."""
+    weights: float = 0.0
+    grads: float = 0.0
+    grads_persist: float = 0.0          # held through the forward too (accumulation, DeepSpeed partitions)
+    optim: float = 0.0
+    acts: float = 0.0                   # saved for backward at the end of the forward
+    layer: float = 0.0                  # one layer's recomputed working set (checkpointing)
+    logits: float = 0.0
+    quant: float = 0.0                  # dequantised 16-bit copy of the layer being computed
+    gather_fwd: float = 0.0             # unsharded parameters and buckets during forward
+    gather_bwd: float = 0.0             # ... during backward
+    step_temp: float = 0.0              # optimizer-step temporaries
+
+
 def estimate(s: Spec) -> Budget:
     m = s.model
     P = m.params_b * 1e9
     half = 2 if s.precision != "fp32" else 4
-    notes = []
     if s.method == "full":
         trainable = P
     elif s.method == "freeze":
         trainable = (P - m.vocab * m.hidden) * min(s.freeze_layers, m.layers) / m.layers
     else:
         trainable = lora_params(m, s.lora_rank, s.lora_target)
+    kind, n = sharding_of(s)
+    p = _states(s, P, half, trainable, kind, n)
+    _activations(s, p, half)
+    _sharding(s, p, P, half, trainable, kind, n)
+
+    live = {}     # phase -> {component: bytes alive}
+    common = dict(weights=p.weights, optim=p.optim)
+    live["forward"] = dict(common, grads=p.grads_persist, acts=p.acts, logits=p.logits,
+                           gathered=p.gather_fwd, buffers=p.quant)
+    start = dict(common, grads=p.grads_persist, acts=p.acts + p.layer, logits=p.logits,
+                 gathered=p.gather_bwd, buffers=p.quant)
+    end = dict(common, grads=p.grads, acts=p.layer if s.grad_ckpt else 0.0, logits=0.0,
+               gathered=p.gather_bwd, buffers=p.quant)
+    live["backward"] = start if sum(start.values()) >= sum(end.values()) else end
+    live["optimizer_step"] = dict(common, grads=p.grads, acts=0.0, logits=0.0, gathered=0.0, buffers=p.step_temp)
+    ctx = CUDA_CONTEXT_GIB["old" if s.bf16_native is False else "new"] * GiB
+    work = (WORKSPACE_GIB + (NCCL_GIB if s.gpus > 1 else 0.0)) * GiB
+    phases = {}
+
+    def slack_of(parts):
+        return (SLACK * (parts["acts"] + parts["logits"] + parts["buffers"]) + GATHER_RESERVED * parts["gathered"]
+                + SLACK_STATIC * (parts["weights"] + parts["grads"] + parts["optim"]))
+    for name, parts in live.items():
+        phases[name] = sum(parts.values()) + slack_of(parts) + ctx + work
+    peak = max(phases, key=lambda k: (phases[k], k == "backward"))
+    at = live[peak]
+    slack = slack_of(at)
+    terms = {"cuda_context_gib": _g(ctx), "workspaces_gib": _g(work), "allocator_slack_gib": _g(slack)}
+    overhead = ctx + work + slack
+    total = phases[peak]
+    usable = s.capacity_gib - RESERVE_GIB if s.capacity_gib else None
+    fits = total / GiB <= (1 - MARGIN) * usable if usable else None
+    head = round(100 * (1 - total / GiB / usable), 1) if usable else None
+    typical = None
+    if not s.packing and s.seq >= 512:
+        typical = estimate(s.model_copy(update={"seq": s.seq // 2, "packing": True})).total_gib
+    notes = describe(s, kind, n) + _phase_notes(s, peak, phases, terms, typical, foreach_extra(s, trainable, n))
+    return Budget(model=m.name, params_b=round(m.params_b, 2), trainable_params=int(trainable),
+                  weights_gib=_g(at["weights"]), gradients_gib=_g(at["grads"]), optimizer_states_gib=_g(at["optim"]),
+                  activations_gib=_g(at["acts"]), logits_gib=_g(at["logits"]), overhead_gib=_g(overhead),
+                  total_gib=_g(total), capacity_gib=s.capacity_gib, usable_gib=round(usable, 2) if usable else None,
+                  fits=fits, headroom_pct=head, assumptions=notes,
+                  working_buffers_gib=_g(at["buffers"] + at["gathered"]),
+                  peak_phase=peak, phases={k: _g(v) for k, v in phases.items()}, overhead_terms=terms,
+                  sharding=kind, shard_degree=n, typical_total_gib=typical,
+                  padding=next((a for a in notes if a.startswith(("padding:", "packing:"))), None))
+
+
+def _states(s, P, half, trainable, kind, n):
+    """Weights, gradients and optimizer states per GPU, sharded as the strategy shards them."""
+    m = s.model
+    p = _Parts()
     bits = s.quant_bits if s.method in ("lora", "qlora") else None
     if bits in QUANT_BYTES:
         lin = linear_params(m)
-        weights = lin * QUANT_BYTES[bits] + (P - lin) * 2
+        base = lin * QUANT_BYTES[bits] + (P - lin) * 2
     else:
-        weights = P * half
+        base = P * half
     moments = OPTIM_BYTES[optimizer_kind(s.optim)] * (0.5 if s.precision == "pure_bf16" else 1)
-    if s.method in ("full", "freeze"):
+    full = s.method in ("full", "freeze")
+    master = 4 if s.precision in ("fp16", "bf16") else 0
+    if full:
         grads = trainable * half
-        master = trainable * 4 if s.precision in ("fp16", "bf16") else 0
-        optim = trainable * moments + master
+        optim = trainable * (moments + master)
+        adapters = 0.0
     else:                                 # adapters are upcast to fp32: weight 4 + grad 4 + moments
         adapter_bytes = 2 if s.precision == "pure_bf16" else 4
-        weights += trainable * adapter_bytes
+        adapters = trainable * adapter_bytes
         grads = trainable * adapter_bytes
         optim = trainable * moments
-    if s.zero:                            # DeepSpeed keeps an fp32 gradient partition for its optimizer
-        grads += trainable * 4 if s.method in ("full", "freeze") else 0
-    n = max(1, s.gpus)
-    if s.zero >= 1:
-        optim /= n
-    if s.zero >= 2:
-        grads /= n
-    if s.zero >= 3:
-        weights /= n
-    if s.offload:
+    frozen = base - (trainable * half if full else 0.0)
+    owned = trainable * half if full else adapters
+    fp32_grads = trainable * 4 if kind.startswith("zero") and master else 0.0
+    if kind.startswith("fsdp"):
+        # FSDP keeps one flat parameter per wrapped unit, sharded over the group. With mixed precision
+        # the flat parameters are fp32 (accelerate upcasts bf16-loaded weights: "Upcasted low precision
+        # parameters ... because mixed precision turned on in FSDP"); param_dtype bf16 is only the
+        # all-gathered copy. So weights 4/N, gradients 4/N, AdamW moments 8/N bytes a parameter; no
+        # separate master copy. QLoRA's packed 4-bit storage is sharded as it is.
+        upcast = 4 if s.precision in ("fp16", "bf16") else half
+        if full:
+            weights, grads = P * upcast, trainable * upcast
+        else:
+            weights = (base if bits else P * upcast) + adapters
+        optim = trainable * moments
+        p.weights, p.grads, p.optim = weights / n, grads / n, optim / n
+        if s.offload:                     # FSDP CPUOffload(offload_params=True): params, grads, states on the host
+            p.weights = p.grads = p.optim = 0.0
+        p.grads_persist = p.grads if s.grad_accum > 1 else 0.0
+        return p
+    # DeepSpeed, after estimate_zero2/zero3_model_states_mem_needs (deepspeed/runtime/zero/
+    # stage_1_and_2.py, stage3.py): ZeRO-1/2 keep the 16-bit weights whole, the fp32 master copy,
+    # the moments and an fp32 gradient partition are 1/N each; ZeRO-2 also partitions the 16-bit
+    # gradients. ZeRO-3 partitions the 16-bit weights too and reduces gradients straight into
+    # grad_partitions_flat_buffer (gradient_accumulation_dtype, fp32 under mixed precision, on the
+    # GPU unless the optimizer is offloaded): 2 + 4 + 12 = DeepSpeed's 18 bytes over N.
+    weights, optim = frozen + owned, optim
+    if kind == "zero1":
+        optim, fp32_grads = optim / n, fp32_grads / n
+    elif kind == "zero2":
+        optim, fp32_grads, grads = optim / n, fp32_grads / n, grads / n
+    elif kind == "zero3":
+        optim, weights = optim / n, weights / n
+        grads = (fp32_grads if fp32_grads else grads) / n
+        fp32_grads = 0.0
+    if s.offload and kind in ("zero1", "zero2", "zero3"):
+        optim, fp32_grads = 0.0, 0.0      # offload_optimizer: master, moments, fp32 grads on the host
+        if kind == "zero3":               # offload_param: only gathered layers stay (estimate_zero3: largest layer)
+            weights = 0.0
+            grads = 0.0
+    elif s.offload:                       # a plain "offload" flag without ZeRO: optimizer states on the host
         optim = 0.0
-        if s.zero >= 3:
-            weights = min(weights, P * half / m.layers * 2)
+    p.weights, p.grads, p.optim = weights, grads + fp32_grads, optim
+    # DeepSpeed allocates its gradient partitions once; plain PyTorch frees .grad after each step
+    # (zero_grad(set_to_none=True)) unless gradients accumulate over several micro-batches.
+    p.grads_persist = p.grads if kind.startswith("zero") or s.grad_accum > 1 else 0.0
+    if kind == "ddp" and full:
+        # DDP's reducer keeps flat gradient buckets as large as all gradients (gradient_as_bucket_view=
+        # False, the default: "the saved memory size will be equal to the total gradients size")
+        p.grads += grads
+        p.grads_persist += grads
+    return p
+
+
+def _activations(s, p, half):
+    m = s.model
     tokens = s.batch * s.seq
     mlp = (m.experts_per_token or 1) * (m.moe_intermediate or m.intermediate) if m.experts else m.intermediate
     scale = half / 2
     layer_bytes = (ACT_H * m.hidden + ACT_I * mlp) * tokens * scale
     eager = 0 if s.flash_attn else 4 * m.heads * s.seq * s.seq * s.batch * scale
     if s.grad_ckpt:
-        acts = CKPT_H * m.hidden * tokens * m.layers * scale + layer_bytes + eager
+        p.acts = CKPT_H * m.hidden * tokens * m.layers * scale
+        p.layer = layer_bytes + eager
     else:
-        acts = (layer_bytes + eager) * m.layers
-    logits = 0.0 if s.liger else tokens * m.vocab * LOGIT_BYTES
-    overhead = OVERHEAD_GIB * GiB
-    overhead += SLACK * (weights + grads + optim + acts + logits)
-    total = weights + grads + optim + acts + logits + overhead
-    usable = s.capacity_gib - RESERVE_GIB if s.capacity_gib else None
-    fits = total / GiB <= (1 - MARGIN) * usable if usable else None
-    head = round(100 * (1 - total / GiB / usable), 1) if usable else None
-    return Budget(model=m.name, params_b=round(m.params_b, 2), trainable_params=int(trainable),
-                  weights_gib=_g(weights), gradients_gib=_g(grads), optimizer_states_gib=_g(optim),
-                  activations_gib=_g(acts), logits_gib=_g(logits), overhead_gib=_g(overhead), total_gib=_g(total),
-                  capacity_gib=s.capacity_gib, usable_gib=round(usable, 2) if usable else None, fits=fits,
-                  headroom_pct=head, assumptions=notes + describe(s))
+        p.acts = (layer_bytes + eager) * m.layers
+    # the loss upcasts the logits to fp32; Liger/Unsloth's fused linear cross-entropy computes it in
+    # chunks and never holds the full batch × seq × vocabulary tensor
+    p.logits = 0.0 if s.liger else tokens * m.vocab * LOGIT_BYTES
+    if s.quant_bits in QUANT_BYTES and s.method in ("lora", "qlora"):
+        # bitsandbytes dequantises each 4/8-bit linear to a 16-bit weight for its matmul, in forward
+        # and again in backward, and frees it after; the caching allocator keeps the largest such
+        # block, about twice (the backward's next dequantisation overlaps the gradient matmul)
+        per, _ = linear_shapes(m)
+        p.quant = 2 * max(i * o for i, o in per.values()) * 2
+
+
+def _sharding(s, p, P, half, trainable, kind, n):
+    """The unsharded working set: what a sharded run must hold whole, for a moment, on every GPU."""
+    m = s.model
+    full = s.method in ("full", "freeze")
+    big = largest_module_params(m)
+    unit = layer_params(m)
+    wbytes = half if not (s.quant_bits in QUANT_BYTES and s.method in ("lora", "qlora")) else QUANT_BYTES[s.quant_bits]
+    if kind in ("zero1", "zero2"):
+        # contiguous_gradients reduces 16-bit gradients through an IPG bucket of reduce_bucket_size
+        # elements (two with overlap_comm); the step all-gathers updated weights allgather_bucket_size
+        # at a time. DeepSpeed's default and LLaMA-Factory's ds_z2 configs set 5e8.
+        bucket = s.reduce_bucket if s.reduce_bucket is not None else DS_REDUCE_BUCKET
+        bucket = min(bucket, trainable)
+        p.gather_bwd = bucket * 2 * (2 if s.overlap_comm else 1)
+        p.step_temp = bucket * 2
+    elif kind == "zero3":
+        # estimate_zero3_model_states_mem_needs (deepspeed/runtime/zero/stage3.py) adds
+        # largest_layer_memory = 4 × largest_layer_params: the largest module's 16-bit parameters and
+        # gradients gathered whole (embed_tokens / lm_head in HF models). Around it, the prefetcher
+        # holds stage3_prefetch_bucket_size more (HF "auto": 0.9·hidden²) and the layer being
+        # computed, all capped by stage3_max_live_parameters (1e9); reduce_bucket_size ("auto":
+        # hidden²) batches the gradient reduce-scatter.
+        prefetch = s.prefetch_bucket if s.prefetch_bucket is not None else 0.9 * m.hidden ** 2
+        live_cap = s.max_live if s.max_live is not None else DS_MAX_LIVE
+        reduce = s.reduce_bucket if s.reduce_bucket is not None else m.hidden ** 2
+        gathered = min(live_cap, unit + prefetch) * wbytes + big * half
+        p.gather_fwd = gathered
+        p.gather_bwd = gathered + (big * half if full else 0.0) + reduce * 2 * (2 if s.overlap_comm else 1)
+        # the step works on one sub-group (sub_group_size) at a time and flattens its gradients
+        # into one fp32 tensor for the optimizer, freed after
+        sub = min(DS_SUB_GROUP, trainable / n)
+        p.step_temp = sub * 4 if not s.offload else 0.0
+    elif kind.startswith("fsdp"):
+        # FSDP all-gathers one wrapped unit (a decoder layer) into its param_dtype copy before its
+        # forward and again before its backward; the rate limiter (limit_all_gathers=True, the
+        # default) lets at most two be in flight. Backward also holds the unit's unsharded gradients
+        # until reduce-scatter. SHARD_GRAD_OP keeps the gathered weights from forward to backward.
+        # (PyTorch FSDP docs and notes: "FSDP Prefetch Nuances"; FSDP2 keeps two all-gather outputs.)
+        gbytes = half if not (s.quant_bits in QUANT_BYTES and s.method in ("lora", "qlora")) else wbytes
+        two = 2 * unit * gbytes
+        p.gather_fwd = two + big * gbytes
+        p.gather_bwd = two + big * gbytes + (unit * half * 2 if full else 0.0)
+        if kind == "fsdp_grad_op":
+            resident = (P * gbytes if not s.quant_bits else P * wbytes)
+            p.gather_fwd += resident
+            p.gather_bwd += resident
+        p.step_temp = _adam_temp(s, trainable, n)    # on this GPU's shard of each parameter
+        return
+    elif kind in ("none", "ddp"):
+        p.step_temp = _adam_temp(s, trainable)
+        if kind == "ddp":
+            p.gather_bwd = 25 * 2 ** 20 * 2       # DDP's first bucket (bucket_cap_mb 25) in flight
+    if s.offload and kind in ("zero1", "zero2"):
+        p.step_temp = 0.0                         # the step runs on the host (DeepSpeedCPUAdam)
+
+
+def _adam_temp(s, trainable, n=1):
+    """The optimizer step's temporaries. torch's AdamW builds sqrt(v) (and the update) per tensor in
+    its for-loop and fused forms: about the largest parameter's state. Its foreach form (the CUDA
+    default of `adamw_torch`) builds sqrt(v) for the whole group at once, one more copy of the second
+    moment; `_phase_notes` says so, and an optimizer named `*foreach*` is counted that way.
+    8-bit, paged and DeepSpeed's fused optimizers work in place."""
+    kind = optimizer_kind(s.optim)
+    if kind not in ("adamw", "adam"):
+        return 0.0
+    state = 2 if s.precision == "pure_bf16" else 4
+    if "foreach" in str(s.optim).lower():
+        return trainable / n * state
+    return min(trainable, largest_module_params(s.model)) / n * state * 2
+
+
+def foreach_extra(s, trainable, n=1):
+    """GiB torch's foreach AdamW may add at the step over the for-loop/fused form (None: not AdamW)."""
+    o = str(s.optim).lower()
+    if optimizer_kind(s.optim) not in ("adamw", "adam") or "fused" in o or "foreach" in o or s.zero:
+        return None
+    return trainable / n * (2 if s.precision == "pure_bf16" else 4) / GiB
 
 
 def _g(x):
     return round(x / GiB, 2)
 
 
-def describe(s: Spec):
+def describe(s: Spec, kind=None, n=None):
     """The assumptions an estimate rests on, in words a user can check against their config."""
+    if kind is None:
+        kind, n = sharding_of(s)
     out = [f"model {s.model.name}: {s.model.params_b:g}B parameters, {s.model.layers} layers, hidden {s.model.hidden}, "
            f"vocabulary {s.model.vocab}",
            f"method {s.method}" + (f", LoRA rank {s.lora_rank} on {s.lora_target}" if s.method in ("lora", "qlora") else "")
@@ -203,9 +461,49 @@ def describe(s: Spec):
            f"precision {s.precision}, optimizer {s.optim}",
            f"per-device batch {s.batch} × sequence {s.seq} tokens, gradient checkpointing "
            f"{'on' if s.grad_ckpt else 'off'}, attention {'FlashAttention/SDPA' if s.flash_attn else 'eager (s² scores)'}",
-           f"{s.gpus} GPU(s), DeepSpeed ZeRO-{s.zero}" + (" with CPU offload" if s.offload else "") if s.zero else
-           f"{s.gpus} GPU(s), no ZeRO sharding (every GPU holds a full replica)"]
+           _sharding_words(s, kind, n)]
     if s.capacity_gib:
         out.append(f"card capacity {s.capacity_gib:.2f} GiB, usable = capacity − {RESERVE_GIB} GiB, fits when the "
                    f"total is at most {100 - 100 * MARGIN:.0f} % of usable")
     return out
+
+
+def _sharding_words(s, kind, n):
+    off = " with CPU offload" if s.offload else ""
+    if kind == "none":
+        return "1 GPU(s), no ZeRO sharding (every GPU holds a full replica)"
+    if kind == "ddp":
+        return f"{s.gpus} GPU(s), no ZeRO sharding (every GPU holds a full replica; DDP gradient buckets)"
+    if kind.startswith("zero"):
+        return (f"{s.gpus} GPU(s), DeepSpeed ZeRO-{kind[4]}{off}: states split {n} ways, plus the unsharded working "
+                f"set (gathered largest module and layer, buckets, fp32 sub-group at the step)")
+    names = {"fsdp_full": "FULL_SHARD", "fsdp_grad_op": "SHARD_GRAD_OP", "fsdp_hybrid": "HYBRID_SHARD"}
+    return (f"{s.gpus} GPU(s), FSDP {names[kind]}{off}: fp32 flat parameters split {n} ways (mixed precision), "
+            f"plus two all-gathered layers in flight")
+
+
+def _phase_notes(s, peak, phases, terms, typical, foreach=None):
+    words = {"forward": "the forward pass (activations and logits held)",
+             "backward": "the backward pass (activations, logits and a recomputed layer held)"
+             if phases["backward"] > phases["forward"] else "the backward pass",
+             "optimizer_step": "the optimizer step (gradients, states and the step's temporaries)"}
+    out = [f"peak in {words[peak]}: forward {_g2(phases['forward'])}, backward {_g2(phases['backward'])}, "
+           f"optimizer step {_g2(phases['optimizer_step'])} GiB",
+           f"overhead: runtime context {terms['cuda_context_gib']:.2f} GiB, cuBLAS/attention"
+           + ("/NCCL" if s.gpus > 1 else "") + f" workspaces {terms['workspaces_gib']:.2f} GiB, allocator slack "
+           f"{terms['allocator_slack_gib']:.2f} GiB (the total estimates the allocator's reserved peak plus the "
+           f"context, about what nvidia-smi shows)"]
+    if foreach and foreach >= 0.5 and s.method in ("full", "freeze"):
+        out.append(f"optimizer step counted with the for-loop/fused AdamW; torch's foreach form (the CUDA default "
+                   f"of adamw_torch) holds one more copy of the second moment for a moment: +{foreach:.2f} GiB "
+                   f"(adamw_torch_fused avoids it)")
+    if s.packing:
+        out.append(f"packing: every row is filled to {s.seq} tokens, so this is the typical step too")
+    elif typical is not None:
+        out.append(f"padding: worst case, every sample padded to the cutoff ({s.seq} tokens); batches pad to their "
+                   f"longest sample, and at {s.seq // 2} tokens the peak is {typical:.2f} GiB")
+    return out
+
+
+def _g2(x):
+    return f"{x / GiB:.2f}"

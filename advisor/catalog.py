@@ -5,11 +5,10 @@ import functools
 import json
 import re
 from pathlib import Path
-from dataclasses import dataclass, field
-from typing import List, Optional
 
 from .reader import InputError
-from .record import Record
+from .shapes import Gpu, ModelShape, count_params  # noqa: F401  (re-exported)
+from .snapshot import snapshot
 from .units import parse_count
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -17,45 +16,7 @@ _SUFFIXES = ("instruct", "chat", "hf", "base", "it", "gptq", "awq", "int4", "int
              "bf16", "sft", "dpo", "rlhf", "v0-1", "v0-2", "v0-3", "v1", "v2", "2507", "merged", "gguf", "nf4", "lora")
 
 
-@dataclass
-class ModelShape(Record):
-    """A decoder's shape, as its config.json gives it."""
-    name: str
-    params_b: float
-    layers: int
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    vocab: int
-    family: str = "generic"
-    tied_embeddings: bool = False
-    head_dim: Optional[int] = None
-    experts: Optional[int] = None
-    experts_per_token: Optional[int] = None
-    moe_intermediate: Optional[int] = None
-    aliases: List[str] = field(default_factory=list)
-
-    @property
-    def dim(self):
-        return self.head_dim or self.hidden // self.heads
-
-
-@dataclass
-class Gpu(Record):
-    """An accelerator: the capacity its allocator reports and whether it computes in bf16."""
-    name: str
-    capacity_gib: float
-    aliases: List[str] = field(default_factory=list)
-    marketed_gb: Optional[float] = None
-    bf16: Optional[bool] = None
-    vendor: str = "nvidia"
-    arch: str = ""
-    estimated: bool = False
-
-
 def _data(name):
-    from .compiled import snapshot
     return snapshot()[name]
 
 
@@ -158,7 +119,6 @@ def shape_from_config_json(path):
     except (TypeError, ValueError):
         raise InputError(f"{path}: config.json lacks num_hidden_layers / hidden_size / num_attention_heads")
     partial = ModelShape(params_b=1.0, **shape)
-    from .budget import count_params
     return partial.model_copy(update={"params_b": count_params(partial) / 1e9})
 
 

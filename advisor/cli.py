@@ -105,6 +105,10 @@ def diagnose(log, config_path, gpu, model, params, fmt, lang, write, output, ope
 @click.option("--gpus", type=click.IntRange(min=1), help="Number of GPUs.")
 @click.option("--zero", type=click.IntRange(0, 3), help="DeepSpeed ZeRO stage.")
 @click.option("--offload", is_flag=True, default=None, help="ZeRO CPU offload.")
+@click.option("--fsdp", type=click.Choice(["full_shard", "shard_grad_op", "hybrid_shard", "no"]),
+              help="PyTorch FSDP sharding strategy (instead of --zero).")
+@click.option("--grad-accum", type=click.IntRange(min=1), help="Gradient accumulation steps.")
+@click.option("--packing/--no-packing", default=None, help="Rows packed to --seq (else padded to the longest sample).")
 @click.option("--gpu", help="GPU name or size, e.g. 4090, A100-80G, 24GiB.")
 @click.option("--config", "config_path", type=click.Path(), help="Derive everything from a training config.")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown", "html"]), default="text")
@@ -113,7 +117,8 @@ def diagnose(log, config_path, gpu, model, params, fmt, lang, write, output, ope
 @click.option("--open", "open_", is_flag=True,
               help="Open the HTML report in the default browser (implies --format html; without -o, a temporary file).")
 def budget(model, model_config, params, method, precision, quant_bits, batch, seq, grad_ckpt, lora_rank,
-           lora_target, flash_attn, optim, gpus, zero, offload, gpu, config_path, fmt, lang, output, open_):
+           lora_target, flash_attn, optim, gpus, zero, offload, fsdp, grad_accum, packing, gpu, config_path, fmt, lang,
+           output, open_):
     """Memory budget of a planned run: GiB per component, and whether it fits the card."""
     from .budget import estimate
     from .runspec import spec_from_facts
@@ -122,10 +127,13 @@ def budget(model, model_config, params, method, precision, quant_bits, batch, se
     facts = {}
     if config_path:
         from .config import load_config
-        facts = load_config(config_path).facts.model_dump()
+        from .runspec import sharding_facts
+        conf = load_config(config_path)
+        facts = {**conf.facts.model_dump(), **sharding_facts(conf)}
     overrides = dict(method=method, precision=precision, quantization_bit=int(quant_bits) if quant_bits else None,
                      batch=batch, seq_len=seq, grad_ckpt=grad_ckpt, lora_rank=lora_rank, lora_target=lora_target,
-                     flash_attn=flash_attn, optim=optim, num_gpus=gpus,
+                     flash_attn=flash_attn, optim=optim, num_gpus=gpus, grad_accum=grad_accum, packing=packing,
+                     fsdp=fsdp,
                      deepspeed=(f"zero{zero}" + ("_offload" if offload else "")) if zero is not None else None)
     if model or model_config or params:
         facts.pop("model", None)
@@ -136,6 +144,8 @@ def budget(model, model_config, params, method, precision, quant_bits, batch, se
              if notes else "no model: give --model NAME, --model-config config.json or --params 7B")
     if offload and spec.zero == 0:
         spec = spec.model_copy(update={"offload": True})
+    if zero and spec.fsdp and fsdp is None:          # --zero given: DeepSpeed, not the config's FSDP
+        spec = spec.model_copy(update={"fsdp": ""})
     result = estimate(spec)
     result.assumptions = notes + result.assumptions
     if fmt == "json":

@@ -1,68 +1,30 @@
 """The YAML sources (rules/, data/) compiled into one JSON snapshot, so start-up skips YAML parsing.
 
-YAML stays the source of truth. `python -m advisor.compiled` rewrites advisor/data/compiled.json;
-at run time the snapshot is used only when its fingerprint matches the sources, so an edited rule
-is never ignored (it is just parsed the slow way until the snapshot is rebuilt), and a test fails
-while the shipped snapshot is stale.
+YAML stays the source of truth. `python -m advisor.compiled` validates every source (the rule
+schema of rules.py, the catalogue records of shapes.py) and rewrites advisor/data/compiled.json;
+`--check` says whether the shipped snapshot is stale (a test fails while it is). Reading the
+snapshot at run time is snapshot.py's job, below the catalogue, the rules and the estimator: this
+writer sits on top and nothing at run time imports it.
 """
 
-import functools
-import hashlib
 import json
 import sys
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-RULES = HERE / "rules"
-DATA = HERE / "data"
-SNAPSHOT = DATA / "compiled.json"
-
-
-def sources():
-    return sorted(RULES.glob("OOM*.yaml")) + [DATA / "models.yaml", DATA / "gpus.yaml", DATA / "frames.yaml"]
-
-
-def fingerprint():
-    h = hashlib.sha1()
-    for path in sources():
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()
+from .rules import RULES_DIR, load_rules
+from .snapshot import HERE, SNAPSHOT, fingerprint, parse, snapshot  # noqa: F401  (snapshot re-exported)
 
 
 def build():
-    from ruamel.yaml import YAML
-    yaml = YAML(typ="safe")
-    load = lambda p: yaml.load(p.read_text(encoding="utf-8"))  # noqa: E731
-    data = {"fingerprint": fingerprint(),
-            "rules": {p.name: load(p) for p in sorted(RULES.glob("OOM*.yaml"))},
-            "models": load(DATA / "models.yaml"), "gpus": load(DATA / "gpus.yaml"),
-            "frames": load(DATA / "frames.yaml")}
+    data = parse()
     validate(data)
     return data
 
 
 def validate(data):
     """Everything the snapshot holds is checked here, once, so run time can trust it."""
-    from .catalog import Gpu, ModelShape
     from .frames import validate_frames
-    from .rules import RULES_DIR, load_rules
-    load_rules.__wrapped__(RULES_DIR)              # the pydantic schema, file by file
-    for entry in data["models"]:
-        ModelShape(**entry)
-    for entry in data["gpus"]:
-        Gpu(**entry)
+    load_rules.__wrapped__(RULES_DIR)              # the pydantic schema, file by file (catalogues: parse())
     validate_frames(data["frames"])
-
-
-@functools.lru_cache(maxsize=None)
-def snapshot():
-    try:
-        data = json.loads(SNAPSHOT.read_text(encoding="utf-8"))
-        if data.get("fingerprint") == fingerprint():
-            return data
-    except (OSError, ValueError):
-        pass
-    return build()
 
 
 def main(argv=None):

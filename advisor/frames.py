@@ -37,7 +37,7 @@ def _compile(entry):
 
 @functools.lru_cache(maxsize=None)
 def tables():
-    from .compiled import snapshot
+    from .snapshot import snapshot
     data = snapshot()["frames"]
     return [_compile(e) for e in data["frames"]], [_compile(e) for e in data["calls"]]
 

@@ -20,7 +20,10 @@ LABELS = {
         "host_memory": "host memory", "none": "—", "unknown": "unknown",
         "load": "model loading", "first_step": "first training step", "mid_training": "mid-training",
         "evaluation": "evaluation/prediction", "checkpoint_save": "checkpoint saving", "inference": "inference",
-        "step": "step", "logits_gib": "logits", "overhead_gib": "runtime context, workspaces",
+        "step": "step", "logits_gib": "logits", "overhead_gib": "runtime context, workspaces, slack",
+        "working_buffers_gib": "gathered layers, buffers", "peak_in": "peak in",
+        "forward": "forward", "backward": "backward", "optimizer_step": "optimizer step",
+        "cuda_context_gib": "runtime context", "workspaces_gib": "workspaces", "allocator_slack_gib": "allocator slack",
         "weights_gib": "weights", "gradients_gib": "gradients", "optimizer_states_gib": "optimizer states",
         "activations_gib": "activations", "capacity_gib": "card capacity", "usable_gib": "usable",
         "total": "total (peak per GPU)", "headroom": "headroom", "assumptions": "Assumptions",
@@ -45,7 +48,10 @@ LABELS = {
         "host_memory": "主机内存", "none": "—", "unknown": "未知",
         "load": "模型加载", "first_step": "第一个训练步", "mid_training": "训练中途",
         "evaluation": "评估/预测", "checkpoint_save": "保存训练检查点", "inference": "推理",
-        "step": "步", "logits_gib": "logits", "overhead_gib": "运行时上下文与工作区",
+        "step": "步", "logits_gib": "logits", "overhead_gib": "运行时上下文、工作区与余量",
+        "working_buffers_gib": "聚合层与临时缓冲", "peak_in": "峰值出现在",
+        "forward": "前向", "backward": "反向", "optimizer_step": "优化器更新",
+        "cuda_context_gib": "运行时上下文", "workspaces_gib": "工作区", "allocator_slack_gib": "分配器余量",
         "weights_gib": "权重", "gradients_gib": "梯度", "optimizer_states_gib": "优化器状态",
         "activations_gib": "激活值", "capacity_gib": "显卡容量", "usable_gib": "可用显存",
         "total": "合计（单卡峰值）", "headroom": "余量", "assumptions": "假设",
@@ -227,10 +233,28 @@ _ASSUMPTIONS = [
     (r"per-device batch (\d+) × sequence (\d+) tokens, gradient checkpointing (on|off), attention (.+)",
      lambda m: f"单卡批处理大小 {m[1]} × 截断长度 {m[2]} 个 token，梯度检查点{_zh_onoff(m[3])}，注意力 "
                + ("eager（要存 s² 的注意力分数）" if m[4].startswith("eager") else m[4])),
-    (r"(\d+) GPU\(s\), DeepSpeed ZeRO-(\d)( with CPU offload)?",
-     lambda m: f"{m[1]} 张显卡，DeepSpeed ZeRO-{m[2]}" + ("，卸载到 CPU" if m[3] else "")),
-    (r"(\d+) GPU\(s\), no ZeRO sharding \(every GPU holds a full replica\)",
-     lambda m: f"{m[1]} 张显卡，不用 ZeRO 切分（每张卡各存一份完整副本）"),
+    (r"(\d+) GPU\(s\), DeepSpeed ZeRO-(\d)( with CPU offload)?(?:: states split (\d+) ways, plus .*)?",
+     lambda m: f"{m[1]} 张显卡，DeepSpeed ZeRO-{m[2]}" + ("，卸载到 CPU" if m[3] else "")
+               + (f"：状态切成 {m[4]} 份，另加未切分的工作集（聚合的最大模块与当前层、通信桶、更新步的 fp32 子组）"
+                  if m[4] else "")),
+    (r"(\d+) GPU\(s\), FSDP (\w+)( with CPU offload)?: fp32 flat parameters split (\d+) ways.*",
+     lambda m: f"{m[1]} 张显卡，FSDP {m[2]}" + ("，卸载到 CPU" if m[3] else "")
+               + f"：fp32 扁平参数切成 {m[4]} 份（混合精度），另加同时在聚合的两层"),
+    (r"(\d+) GPU\(s\), no ZeRO sharding \(every GPU holds a full replica(; DDP gradient buckets)?\)",
+     lambda m: f"{m[1]} 张显卡，不用 ZeRO 切分（每张卡各存一份完整副本" + ("；另有 DDP 梯度桶" if m[2] else "") + "）"),
+    (r"peak in the (forward|backward|optimizer step|\w+)[^:]*: forward (\S+), backward (\S+), optimizer step (\S+) GiB",
+     lambda m: f"峰值出现在{ {'forward': '前向', 'backward': '反向'}.get(m[1], '优化器更新步') }：前向 {m[2]}，"
+               f"反向 {m[3]}，优化器更新步 {m[4]} GiB"),
+    (r"overhead: runtime context (\S+) GiB, cuBLAS/attention(/NCCL)? workspaces (\S+) GiB, allocator slack (\S+) GiB.*",
+     lambda m: f"额外开销：运行时上下文 {m[1]} GiB，cuBLAS/注意力{'/NCCL' if m[2] else ''}工作区 {m[3]} GiB，"
+               f"分配器余量 {m[4]} GiB（合计估算的是分配器的预留峰值加上下文，约等于 nvidia-smi 显示的数）"),
+    (r"padding: worst case, every sample padded to the cutoff \((\d+) tokens\); batches pad to their longest "
+     r"sample, and at (\d+) tokens the peak is (\S+) GiB",
+     lambda m: f"填充：按最坏情况估算，每条样本都填充到截断长度（{m[1]} 个 token）；实际每个批次只填充到其中最长的样本，"
+               f"按 {m[2]} 个 token 算峰值为 {m[3]} GiB"),
+    (r"optimizer step counted with the for-loop/fused AdamW; .*: \+(\S+) GiB \(adamw_torch_fused avoids it\)",
+     lambda m: f"优化器更新步按逐个张量/融合版 AdamW 计算；torch 的 foreach 实现（adamw_torch 在 CUDA 上的默认）"
+               f"会短暂多存一份二阶矩估计：+{m[1]} GiB（adamw_torch_fused 可以避免）"),
     (r"card capacity (\S+) GiB, usable = capacity − (\S+) GiB, fits when the total is at most (\d+) % of usable",
      lambda m: f"显卡容量 {m[1]} GiB，可用显存 = 容量 − {m[2]} GiB，合计不超过可用显存的 {m[3]}% 才算放得下"),
 ]

@@ -1,7 +1,7 @@
 """Typed records for the pipeline's own data: dataclasses with pydantic's two conveniences.
 
 Rule files and catalogues are validated by pydantic schemas when the snapshot is built
-(advisor/compiled.py); what flows between stages needs no validation, and plain dataclasses keep
+(advisor/compiled.py writes it, advisor/snapshot.py reads it); what flows between stages needs no validation, and plain dataclasses keep
 start-up fast (building pydantic models costs ~0.1 s at import, more than reading a 1 GB log takes).
 The method names match pydantic's so code reads the same either way.
 """

@@ -218,8 +218,9 @@ def _rule_sources(directory):
     """(file name, parsed data or the exception that stopped parsing, trusted) per rule file. The
     shipped set comes from the snapshot, validated when it was built; a directory is validated now."""
     if directory is None:
-        from .compiled import snapshot
-        return [(name, data, True) for name, data in sorted(snapshot()["rules"].items())]
+        from .snapshot import snapshot
+        snap = snapshot()
+        return [(name, data, snap["trusted"]) for name, data in sorted(snap["rules"].items())]
     from ruamel.yaml import YAML
     yaml = YAML(typ="safe")
     out = []

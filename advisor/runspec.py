@@ -82,12 +82,19 @@ def spec_from_facts(facts, memory=None, gpu=None, model=None, params=None, model
         notes.append(f"gradient checkpointing not stated: assumed {'on' if grad_ckpt else 'off'} "
                      f"({f.get('framework') or 'framework'} default)")
     zero, offload = zero_of(f.get("deepspeed"))
+    fsdp = fsdp_of(f.get("fsdp"))
+    if fsdp.endswith("_offload"):
+        fsdp, offload = fsdp[:-len("_offload")], True
+    ds = f.get("deepspeed_buckets") or {}
     spec = Spec(model=shape, method=method, precision=precision, quant_bits=bits, batch=int(batch), seq=int(seq),
                 grad_ckpt=bool(grad_ckpt), lora_rank=int(f.get("lora_rank") or 8),
                 lora_target=str(f.get("lora_target") or "all"), flash_attn=f.get("flash_attn") is not False,
                 optim=str(f.get("optim") or "adamw_torch"), gpus=int(f.get("num_gpus") or 1), zero=zero,
                 offload=offload, capacity_gib=card.capacity_gib if card else None,
-                bf16_native=card.bf16 if card else None, liger=bool(f.get("liger")))
+                bf16_native=card.bf16 if card else None, liger=bool(f.get("liger")), fsdp=fsdp,
+                grad_accum=int(f.get("grad_accum") or 1), packing=f.get("packing"),
+                reduce_bucket=ds.get("reduce_bucket_size"), prefetch_bucket=ds.get("stage3_prefetch_bucket_size"),
+                max_live=ds.get("stage3_max_live_parameters"), overlap_comm=ds.get("overlap_comm"))
     return spec, [n for n in notes if n]
 
 
@@ -95,3 +102,62 @@ def zero_of(deepspeed):
     """('zero3_offload' or the like) -> (ZeRO stage, offload on); (0, False) when none is known."""
     ds = str(deepspeed or "")
     return (int(ds[4]) if ds.startswith("zero") and ds[4:5].isdigit() else 0), "offload" in ds
+
+
+def fsdp_of(value):
+    """HF's `fsdp: "full_shard auto_wrap offload"`, accelerate's `fsdp_sharding_strategy: FULL_SHARD`
+    or 1/2/4 (FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD) -> 'full_shard' | 'shard_grad_op' |
+    'hybrid_shard' (+ '_offload'); '' when FSDP is off or unknown."""
+    if value in (None, "", False):
+        return ""
+    v = str(value).lower().replace("-", "_")
+    v = {"1": "full_shard", "2": "shard_grad_op", "3": "no_shard", "4": "hybrid_shard", "5": "hybrid_shard_zero2",
+         "true": "full_shard"}.get(v, v)
+    if "no_shard" in v or v in ("false", "no", "none", "0"):
+        return ""
+    kind = "hybrid_shard" if "hybrid" in v else "shard_grad_op" if "grad_op" in v else "full_shard"
+    return kind + ("_offload" if "offload" in v else "")
+
+
+def deepspeed_buckets(conf):
+    """The bucket settings of a DeepSpeed JSON (numbers only: "auto" leaves the estimator's default)."""
+    zero = (conf or {}).get("zero_optimization") or {}
+    out = {}
+    for key in ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_max_live_parameters"):
+        try:
+            out[key] = float(zero[key])
+        except (KeyError, TypeError, ValueError):
+            pass
+    if isinstance(zero.get("overlap_comm"), bool):
+        out["overlap_comm"] = zero["overlap_comm"]
+    return out
+
+
+def sharding_facts(config):
+    """FSDP and DeepSpeed bucket settings a config states, for spec_from_facts (the Facts record
+    carries the ZeRO stage only): HF's `fsdp`/`fsdp_config`, and the DeepSpeed JSON it names."""
+    import json
+    from pathlib import Path
+    data = getattr(config, "data", None) or {}
+    out = {}
+    fs = data.get("fsdp")
+    fconf = data.get("fsdp_config") if isinstance(data.get("fsdp_config"), dict) else {}
+    strategy = fconf.get("sharding_strategy") or fconf.get("fsdp_sharding_strategy")
+    if fs or strategy:
+        kind = fsdp_of(strategy or fs)
+        off = "offload" in str(fs).lower() or str(fconf.get("offload_params") or fconf.get("fsdp_offload_params")
+                                                     ).lower() == "true"
+        if kind:
+            out["fsdp"] = kind + ("_offload" if off and not kind.endswith("_offload") else "")
+    ds = data.get("deepspeed")
+    conf = ds if isinstance(ds, dict) else None
+    if conf is None and ds:
+        for cand in (Path(str(ds)), Path(config.path).parent / str(ds)):
+            try:
+                conf = json.loads(cand.read_text())
+                break
+            except (OSError, ValueError):
+                continue
+    if isinstance(conf, dict):
+        out["deepspeed_buckets"] = deepspeed_buckets(conf)
+    return out

@@ -123,3 +123,126 @@ def test_groundtruth_error_within_targets():
     med = float(last.split("median |error|")[1].split("%")[0])
     p90 = float(last.split("p90 |error|")[1].split("%")[0])
     assert med <= 15 and p90 <= 30, last
+
+
+# ---- budget v2: phases, sharding, overhead terms, padding ---------------------------------------
+def test_peak_is_the_largest_phase_and_components_add_up():
+    for kw in (dict(method="lora", batch=4, seq=2048), dict(method="full", batch=1, seq=512),
+               dict(method="full", batch=4, seq=2048, grad_ckpt=False), dict(method="qlora", quant_bits=4)):
+        b = estimate(spec("Llama-2-7b", **kw))
+        assert b.total_gib == pytest.approx(max(b.phases.values()), abs=0.01)
+        assert b.phases[b.peak_phase] == pytest.approx(b.total_gib, abs=0.01)
+        parts = (b.weights_gib + b.gradients_gib + b.optimizer_states_gib + b.activations_gib + b.logits_gib
+                 + b.working_buffers_gib + b.overhead_gib)
+        assert parts == pytest.approx(b.total_gib, abs=0.06)
+        assert any(a.startswith(f"peak in the {b.peak_phase.replace('_', ' ')}") for a in b.assumptions)
+
+
+def test_full_finetune_with_checkpointing_peaks_at_the_optimizer_step_not_the_sum():
+    b = estimate(spec("Llama-2-7b", method="full", precision="pure_bf16", batch=4, seq=2048, grad_ckpt=True))
+    assert b.peak_phase in ("optimizer_step", "backward") and b.activations_gib < 3
+    summed = b.phases["forward"] + b.gradients_gib          # the old estimate added everything
+    assert b.total_gib < summed
+    lora = estimate(spec("Llama-2-7b", method="lora", batch=4, seq=2048))
+    assert lora.peak_phase == "backward"
+
+
+def test_overhead_is_named_terms_that_exist():
+    b = estimate(spec("Qwen2.5-7B", method="lora", batch=8, seq=4096, grad_ckpt=False))
+    t = b.overhead_terms
+    assert set(t) == {"cuda_context_gib", "workspaces_gib", "allocator_slack_gib"}
+    assert 0.5 <= t["cuda_context_gib"] <= 1.0 and t["workspaces_gib"] < 1
+    assert sum(t.values()) == pytest.approx(b.overhead_gib, abs=0.02)
+
+
+def test_padding_worst_case_is_said_in_one_line_with_a_typical_case():
+    b = estimate(spec("Qwen2.5-7B", method="lora", batch=2, seq=4096))
+    lines = [a for a in b.assumptions if a.startswith("padding:")]
+    assert len(lines) == 1 and "4096" in lines[0] and "worst case" in lines[0] and "2048" in lines[0]
+    assert b.typical_total_gib is not None and b.typical_total_gib < b.total_gib
+    packed = estimate(spec("Qwen2.5-7B", method="lora", batch=2, seq=4096, packing=True))
+    assert packed.typical_total_gib is None and any(a.startswith("packing:") for a in packed.assumptions)
+
+
+def test_zero3_per_gpu_holds_the_gathered_working_set():
+    one = estimate(spec("Llama-2-70b", method="lora", batch=1, seq=512, gpus=1))
+    z3 = estimate(spec("Llama-2-70b", method="lora", batch=1, seq=512, gpus=8, zero=3))
+    assert z3.sharding == "zero3" and z3.shard_degree == 8
+    assert z3.weights_gib == pytest.approx(one.weights_gib / 8, rel=0.02)
+    assert z3.working_buffers_gib > 0.5                                   # gathered lm_head + a layer + buckets
+    assert z3.total_gib > one.weights_gib / 8 + one.activations_gib
+    off = estimate(spec("Llama-2-70b", method="lora", batch=1, seq=512, gpus=8, zero=3, offload=True))
+    assert off.weights_gib == 0 and off.total_gib < z3.total_gib
+
+
+def test_fsdp_keeps_fp32_flat_parameters_and_two_gathered_layers():
+    fs = estimate(spec("Llama-2-70b", method="lora", batch=8, seq=2048, gpus=8, fsdp="full_shard", packing=True))
+    z3 = estimate(spec("Llama-2-70b", method="lora", batch=8, seq=2048, gpus=8, zero=3, packing=True))
+    assert fs.sharding == "fsdp_full" and fs.weights_gib == pytest.approx(2 * z3.weights_gib, rel=0.05)
+    # huggingface/peft docs (accelerate/fsdp.md): 72-80 GB per GPU for this run
+    assert 68 <= fs.total_gib <= 84
+    grad_op = estimate(spec("Llama-2-70b", method="lora", batch=8, seq=2048, gpus=8, fsdp="shard_grad_op"))
+    assert grad_op.total_gib > fs.total_gib
+    hybrid = estimate(spec("Llama-2-70b", method="lora", batch=1, seq=512, gpus=16, fsdp="hybrid_shard"))
+    assert hybrid.shard_degree == 8
+
+
+def test_zero2_buckets_and_fp32_partitions():
+    base = dict(method="full", batch=1, seq=512, gpus=4)
+    z1 = estimate(spec("Qwen2.5-7B", **base, zero=1))
+    z2 = estimate(spec("Qwen2.5-7B", **base, zero=2))
+    small = estimate(spec("Qwen2.5-7B", **base, zero=2, reduce_bucket=5e7))
+    assert z2.gradients_gib < z1.gradients_gib and z2.total_gib < z1.total_gib
+    assert small.total_gib < z2.total_gib
+
+
+def test_qlora_pays_for_the_dequantised_linear():
+    q = estimate(spec("Llama-3.1-70B", method="qlora", quant_bits=4, seq=512))
+    lora = estimate(spec("Llama-3.1-70B", method="lora", seq=512))
+    assert 0.5 < q.working_buffers_gib < 3 and lora.working_buffers_gib < q.working_buffers_gib
+
+
+def test_sharding_settings_from_configs():
+    from advisor.runspec import deepspeed_buckets, fsdp_of
+    assert fsdp_of("full_shard auto_wrap") == "full_shard"
+    assert fsdp_of("FULL_SHARD") == "full_shard" and fsdp_of(2) == "shard_grad_op" and fsdp_of("4") == "hybrid_shard"
+    assert fsdp_of("full_shard offload auto_wrap") == "full_shard_offload" and fsdp_of("no_shard") == ""
+    got = deepspeed_buckets({"zero_optimization": {"stage": 3, "reduce_bucket_size": "auto",
+                                                   "stage3_prefetch_bucket_size": 5e7, "overlap_comm": True}})
+    assert got == {"stage3_prefetch_bucket_size": 5e7, "overlap_comm": True}
+
+
+def test_budget_cli_fsdp_and_new_json_keys():
+    rc, out, _ = run_budget("--model", "Llama-2-70b", "--method", "lora", "--batch", "8", "--seq", "2048",
+                            "--gpus", "8", "--fsdp", "full_shard", "--packing", "--format", "json")
+    j = json.loads(out)
+    assert rc == 0 and j["sharding"] == "fsdp_full" and j["peak_phase"] in ("forward", "backward", "optimizer_step")
+    for key in ("phases", "overhead_terms", "working_buffers_gib", "estimates", "typical_total_gib"):
+        assert key in j
+
+
+def test_sharded_groundtruth_error_within_targets():
+    path = ROOT / "benchmarks" / "data" / "sharded_groundtruth.csv"
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "budget_calibration.py"), str(path)],
+                       capture_output=True, text=True, timeout=120)
+    line = next(x for x in p.stdout.splitlines() if x.startswith("sharded"))
+    med = float(line.split("median |error|")[1].split("%")[0])
+    p90 = float(line.split("p90 |error|")[1].split("%")[0])
+    # the known gap: with CPU offload (ZeRO-3 offload_param, FSDP CPUOffload) measured peaks sit 2-5 GiB
+    # above what the mechanism leaves on the GPU (FSDP + QLoRA offload reads 25 % low)
+    assert med <= 10 and p90 <= 30, line
+
+
+def test_catalogue_snapshot_and_estimator_import_no_circle():
+    """shapes <- snapshot <- catalog, rules; budget <- shapes; compiled (the writer) on top."""
+    import ast
+    pkg = ROOT / "advisor"
+    graph = {}
+    for name in ("shapes", "snapshot", "catalog", "budget", "rules", "compiled"):
+        tree = ast.parse((pkg / f"{name}.py").read_text(encoding="utf-8"))
+        graph[name] = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module}
+    def reaches(a, b, seen=()):
+        return any(m == b or (m in graph and m not in seen and reaches(m, b, seen + (m,))) for m in graph.get(a, ()))
+    for a in graph:
+        assert not reaches(a, a), f"{a} imports itself through {graph[a]}"
+    assert "compiled" not in set().union(*(graph[m] for m in ("shapes", "snapshot", "catalog", "budget", "rules")))

@@ -199,10 +199,10 @@ def _plan_lines(slug, lang):
 
 
 @pytest.mark.parametrize("lang, first, later, alt", [
-    ("en", "saves ~225.0 GiB — still short", "saves ~23.6 GiB on top of step 1 — fits with step 1 (20 % margin)",
+    ("en", "saves ~242.4 GiB — still short", "saves ~25.3 GiB on top of step 1 — fits with step 1 (20 % margin)",
      "on top of steps 1–2 — fits with steps 1–2"),
-    ("zh", "节省约 225.0 GiB；仍然放不下", "在第 1 步之上再节省约 23.6 GiB；连同第 1 步放得下（留 20% 余量）",
-     "在第 1–2 步之上再节省约 4.3 GiB；连同第 1–2 步放得下")])
+    ("zh", "节省约 242.4 GiB；仍然放不下", "在第 1 步之上再节省约 25.3 GiB；连同第 1 步放得下（留 20% 余量）",
+     "在第 1–2 步之上再节省约 4.7 GiB；连同第 1–2 步放得下")])
 def test_a_saving_says_what_it_is_on_top_of(lang, first, later, alt):
     lines = _plan_lines("lf-first-step-activations", lang)
     assert first in lines[0] and "step 1" not in lines[0] and "第 1 步" not in lines[0]

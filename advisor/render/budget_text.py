@@ -2,7 +2,7 @@
 
 import unicodedata
 
-from ..i18n import label
+from ..i18n import assumption_text, label
 
 
 def pad(text, width):
@@ -10,7 +10,9 @@ def pad(text, width):
     cols = sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
     return text + " " * max(0, width - cols)
 
-COMPONENTS = ("weights_gib", "gradients_gib", "optimizer_states_gib", "activations_gib", "logits_gib", "overhead_gib")
+COMPONENTS = ("weights_gib", "gradients_gib", "optimizer_states_gib", "activations_gib", "logits_gib",
+              "working_buffers_gib", "overhead_gib")
+PHASES = ("forward", "backward", "optimizer_step")
 
 
 def fit_text(b, lang="en"):
@@ -54,9 +56,21 @@ def budget_lines(b, lang="en", memory=None, width=30):
     lines = []
     for key in COMPONENTS:
         value = b.get(key) or 0
+        if key == "working_buffers_gib" and not value:
+            continue
         bar = "█" * max(0, round(width * value / scale)) if value else ""
         lines.append(f"  {pad(label(key, lang), 28)} {value:8.2f} GiB  {bar}".rstrip())
+        terms = b.get("overhead_terms") or {}
+        if key == "overhead_gib" and terms:
+            sep = "、" if lang == "zh" else " · "
+            lines.append("    " + sep.join(f"{label(k, lang)} {v:.2f}" for k, v in terms.items()))
     lines.append(f"  {pad(label('total', lang), 28)} {b['total_gib']:8.2f} GiB")
+    phases = b.get("phases") or {}
+    if phases:
+        lines.append(f"  {pad(label('peak_in', lang), 28)} {label(b.get('peak_phase'), lang)} ("
+                     + ", ".join(f"{label(k, lang)} {phases[k]:.2f}" for k in PHASES if k in phases) + " GiB)")
+    if b.get("padding"):
+        lines.append(f"  {assumption_text(b['padding'], lang)}")
     if b.get("capacity_gib"):
         reserve = b["capacity_gib"] - b["usable_gib"]
         if lang == "zh":

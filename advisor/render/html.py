@@ -13,7 +13,7 @@ from ..budget import MARGIN, RESERVE_GIB, estimate
 from ..i18n import HTML_WORDS as WORDS, action_name, colon, label
 
 BAR_W = 1000                                   # SVG user units of a bar's full width
-COMPONENTS = ("weights", "gradients", "optimizer_states", "activations", "logits", "overhead")
+COMPONENTS = ("weights", "gradients", "optimizer_states", "activations", "logits", "working_buffers", "overhead")
 ALLOC_PARTS = ("allocated", "reserved", "others", "context")
 TL_LOAD = (0.0, 150.0)                         # timeline zones in user units: loading, then training
 TL_TRAIN = (170.0, 1000.0)
