@@ -39,7 +39,8 @@ def _compile(entry):
 def tables():
     from .snapshot import snapshot
     data = snapshot()["frames"]
-    return [_compile(e) for e in data["frames"]], [_compile(e) for e in data["calls"]]
+    frames = data["frames"] + data.get("frameworks", []) + data.get("fallback", [])
+    return [_compile(e) for e in frames], [_compile(e) for e in data["calls"]]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -72,18 +73,19 @@ def read_call(text):
 
 
 _PHASES = ("load", "train", "first_step", "evaluation", "checkpoint_save", "inference", "skip")
-_KEYS = {"frames": {"func", "path", "code", "phase", "component", "weak", "source", "sample"},
+_FRAME_KEYS = {"func", "path", "code", "phase", "component", "weak", "source", "sample", "framework"}
+_KEYS = {"frames": _FRAME_KEYS, "frameworks": _FRAME_KEYS, "fallback": _FRAME_KEYS,
          "calls": {"code", "phase", "component", "source", "sample"}}
 
 
 def validate_frames(data):
     """The table's shape: known keys and vocabularies, regexes that compile, a source and a sample."""
     from .rules import COMPONENTS
-    for table in ("frames", "calls"):
-        for i, e in enumerate(data[table]):
-            where = f"frames.yaml {table}[{i}]"
+    for table in _KEYS:
+        for i, e in enumerate(data.get(table, [])):
+            where = f"frames {table}[{i}]"
             unknown = set(e) - _KEYS[table]
-            required = {"func"} if table == "frames" else {"code"}
+            required = {"code"} if table == "calls" else {"func"}
             if unknown or not required <= set(e) or not e.get("source") or not e.get("sample"):
                 raise ValueError(f"{where}: needs {sorted(required | {'source', 'sample'})}, "
                                  f"knows only {sorted(_KEYS[table])}")
