@@ -19,7 +19,7 @@ SNAPSHOT = DATA / "compiled.json"
 
 
 def sources():
-    return sorted(RULES.glob("OOM*.yaml")) + [DATA / "models.yaml", DATA / "gpus.yaml"]
+    return sorted(RULES.glob("OOM*.yaml")) + [DATA / "models.yaml", DATA / "gpus.yaml", DATA / "dialects.yaml"]
 
 
 def fingerprint():
@@ -35,7 +35,8 @@ def build():
     load = lambda p: yaml.load(p.read_text(encoding="utf-8"))  # noqa: E731
     data = {"fingerprint": fingerprint(),
             "rules": {p.name: load(p) for p in sorted(RULES.glob("OOM*.yaml"))},
-            "models": load(DATA / "models.yaml"), "gpus": load(DATA / "gpus.yaml")}
+            "models": load(DATA / "models.yaml"), "gpus": load(DATA / "gpus.yaml"),
+            "dialects": load(DATA / "dialects.yaml")}
     validate(data)
     return data
 
@@ -49,6 +50,11 @@ def validate(data):
         ModelShape(**entry)
     for entry in data["gpus"]:
         Gpu(**entry)
+    fields = {"key", "aliases", "default", "on", "invert", "with", "source"}
+    for name, spec in data["dialects"].items():
+        assert {"name", "source", "detect", "knobs"} <= set(spec), name
+        for knob, entry in spec["knobs"].items():
+            assert set(entry) <= fields, f"dialects.yaml {name}.{knob}: unknown fields {set(entry) - fields}"
 
 
 @functools.lru_cache(maxsize=None)

@@ -108,4 +108,6 @@ def display_text(action, c):
                                                                                      "PYTORCH_CUDA_ALLOC_CONF")
         return f"export {var}=expandable_segments:True"
     text = _DISPLAY.get(action, {}).get(c.lang) or _DISPLAY.get(action, {}).get("en", "")
+    if not text and action in SHORT:      # the config's dialect has no key for it: say it in words
+        text = SHORT[action][1 if c.lang == "zh" else 0]
     return text.format(rule=c.d.rule)
