@@ -71,11 +71,20 @@ class Command:
         self.data.update(settings)
 
     @property
+    def dashes(self):
+        """New flags spelled `--max-model-len` when the command spells its flags with dashes."""
+        flags = [w[2:].split("=")[0] for w, _, _ in self.words if w.startswith("--")]
+        return any("-" in f for f in flags) and not any("_" in f for f in flags)
+
+    @property
     def style(self):
         """How a new setting is written: the way most settings already are."""
         kv = sum(1 for _, s in self.args.values() if s == "kv")
-        return "kv" if kv > len(self.args) - kv or (not self.args and self.dialect in ("verl", "easyr1", "torchtune")) \
-            else "flag"
+        if self.args:
+            return "kv" if kv > len(self.args) - kv else "flag"
+        # Hydra, torchtune and `llamafactory-cli train x.yaml` take key=value overrides
+        return "kv" if self.dialect in ("verl", "easyr1", "torchtune") or self.dialect == "llamafactory" and \
+            self.yaml_path else "flag"
 
 
 def _split_script(words, wrapper):
@@ -165,11 +174,19 @@ def patched(cmd, changes):
     """The text with each change applied to the command: values in place, new settings appended."""
     text, edits, added = cmd.text, [], []
     for key, (_, new) in changes.items():
+        flag = key.replace("_", "-") if cmd.dashes else key
         if key in cmd.args:
             (s, e), style = cmd.args[key]
-            edits.append((s, e, render(new) if s != e else " " + render(new)))
+            if isinstance(new, bool) and cmd.dialect == "vllm" and style == "flag":
+                # vLLM's switches take no value (argparse BooleanOptionalAction): --x / --no-x
+                ks = text.rfind("--", 0, s if s != e else e)
+                edits.append((ks, e, f"--{flag}" if new else f"--no-{flag}"))
+            else:
+                edits.append((s, e, render(new) if s != e else " " + render(new)))
+        elif isinstance(new, bool) and cmd.dialect == "vllm":
+            added.append(f"--{flag}" if new else f"--no-{flag}")
         else:
-            added.append(f"{key}={render(new)}" if cmd.style == "kv" else f"--{key} {render(new)}")
+            added.append(f"{key}={render(new)}" if cmd.style == "kv" else f"--{flag} {render(new)}")
     if added:
         end = cmd.words[-1][2]
         line_start = text.rfind("\n", 0, end) + 1

@@ -25,6 +25,7 @@ class Config:
     def __init__(self, path, text, data, fmt, command=None):
         self.path, self.text, self.data, self.format = Path(path), text, data, fmt
         self.command = command                 # a launch command line (format "cmdline"): where to patch
+        self.from_log = None                   # the log line the command was read from, when it was
         self.display_path = str(path)          # as the user typed it: the diff names it so `patch -p0` finds it
         self.dialect = (command.dialect if command is not None else None) or detect_dialect(data)
         self.facts, self.defaulted = facts_of(data, self.dialect, self.path.parent)
@@ -37,9 +38,7 @@ class Config:
         return D.key_for(self.dialect, knob, self.data) if self.dialect != D.UNKNOWN else None
 
     def has(self, key):
-        """Whether the user's own text sets `key` (not a default, not the YAML a command line names)."""
-        if self.command is not None:
-            return key in self.command.args
+        """Whether the user's settings hold `key` (a command line's own, or the YAML it names)."""
         return D.get_path(self.data, key) is not D.MISSING
 
     def value(self, key):
@@ -118,6 +117,27 @@ def _command_config(p, text):
                 break
     data.update(cmd.data)
     return Config(p, text, data, "cmdline", command=cmd)
+
+
+def config_from_log(timeline):
+    """The launch command the log echoes, as a config, when its program or its settings name a
+    dialect beyond doubt (a bare `python train.py --model x` could be anything: words then)."""
+    from .cmdline import find_command
+    if not timeline.command:
+        return None
+    cmd = find_command(timeline.command)
+    if cmd is None:
+        return None
+    dialect = cmd.dialect or D.detect(cmd.data, min_score=6)
+    if dialect not in (cmd.dialect, "llamafactory", "verl", "easyr1"):
+        return None                          # a script's own flags: its dialect is a guess
+    cmd.dialect = dialect
+    config = Config(Path(timeline.source), timeline.command, dict(cmd.data), "cmdline", command=cmd)
+    config.from_log = timeline.command_line
+    for name in config.defaulted:            # what the command does not say stays unknown: the log may tell
+        setattr(config.facts, name, None)
+    config.defaulted = set()
+    return config
 
 
 def _load_yaml(text, path):

@@ -23,7 +23,7 @@ def flat_keys(data, pre=""):
             yield from flat_keys(v, pre + str(k) + ".")
 
 
-def detect(data):
+def detect(data, min_score=2):
     """The dialect whose marker keys the config holds most of, or 'unknown'."""
     keys = set(flat_keys(data)) if isinstance(data, dict) else set()
     best, best_score = UNKNOWN, 0
@@ -33,7 +33,7 @@ def detect(data):
             sum(1 for m in det.get("weak", ()) if _has(keys, m))
         if score > best_score:
             best, best_score = name, score
-    return best if best_score >= 2 else UNKNOWN
+    return best if best_score >= min_score else UNKNOWN
 
 
 def _has(keys, marker):

@@ -61,6 +61,8 @@ def patch_for(diagnosis, config):
         return None, None
     if config is None or config.dialect == "unknown":
         return None, snippet(changes)
+    if config.from_log is not None:           # the command the log echoes: the command to run instead
+        return None, patched_text(config, changes).strip("\n") + "\n"
     new_text = patched_text(config, changes)
     return unified_diff(config, new_text) or None, None
 

@@ -66,8 +66,8 @@ class Context:
         key = self.key(knob)
         if self.config is not None and key and self.config.has(key):
             return self.config.value(key)
-        if self.config is None and fallback is not None:
-            return fallback
+        if (self.config is None or self.config.from_log is not None) and fallback is not None:
+            return fallback                   # no file to quote: what the log showed ran
         return D.unset(self.dialect, knob)
 
     def change(self, knob, new, fallback=None):
@@ -78,7 +78,8 @@ class Context:
         if not key:
             return {}
         value = D.file_value(self.dialect, knob, new)
-        in_file = self.config is not None and self.config.has(key)
+        from_log = self.config is None or self.config.from_log is not None
+        in_file = (self.config is not None and self.config.has(key)) or (from_log and fallback is not None)
         default = D.default_of(self.dialect, knob)
         if not in_file and default == value and type(default) is type(value):
             return {}
