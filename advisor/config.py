@@ -262,8 +262,13 @@ def facts_of(data, dialect, base=None):
     _knob_facts(f, data, dialect)
     if dialect == "deepspeed":
         f.deepspeed = deepspeed_stage(data)
-    if f.model is not None:
-        f.model = str(f.model)
+    if dialect == "torchtune" and f.method is None:     # the model builder names the method
+        comp = str(D.get_path(data, "model._component_") or "")
+        f.method = "qlora" if "qlora" in comp else "lora" if "lora" in comp else "full" if comp else None
+    model_key = (D.table().get(dialect) or {}).get("model_key")
+    if model_key and D.get_path(data, model_key) is not D.MISSING:
+        f.model = D.get_path(data, model_key)
+    f.model = str(f.model) if isinstance(f.model, (str, int, float)) else None   # torchtune's model: {_component_: …}
     return f, _defaults(f, dialect)
 
 

@@ -25,7 +25,8 @@ def flat_keys(data, pre=""):
 
 def detect(data, min_score=2):
     """The dialect whose marker keys the config holds most of, or 'unknown'."""
-    keys = set(flat_keys(data)) if isinstance(data, dict) else set()
+    # `max-model-len` (vLLM's YAML takes its flags' spelling) is the key max_model_len
+    keys = {k.replace("-", "_") for k in flat_keys(data)} if isinstance(data, dict) else set()
     best, best_score = UNKNOWN, 0
     for name, spec in table().items():
         det = spec.get("detect") or {}
@@ -58,7 +59,8 @@ def key_for(dialect, name, data):
     if entry is None:
         return None
     spellings = [k for k in [entry.get("key")] + list(entry.get("aliases") or []) if k]
-    for k in spellings:
+    dashed = [k.replace("_", "-") for k in spellings if "_" in k]
+    for k in spellings + dashed:
         value = get_path(data, k)
         if value is not MISSING:
             return None if isinstance(value, str) and value.strip().lower() == "auto" and name != "bf16" else k

@@ -61,10 +61,18 @@ def patch_for(diagnosis, config):
         return None, None
     if config is None or config.dialect == "unknown":
         return None, snippet(changes)
-    if config.from_log is not None:           # the command the log echoes: the command to run instead
-        return None, patched_text(config, changes).strip("\n") + "\n"
+    if config.from_log is not None:           # the command the log echoes: see patched_command
+        return None, snippet(changes)
     new_text = patched_text(config, changes)
     return unified_diff(config, new_text) or None, None
+
+
+def patched_command(diagnosis, config):
+    """The launch command the log echoes, with the plan's changes: what to run instead."""
+    changes = applied_changes(diagnosis.plan)
+    if not changes or config is None or config.from_log is None:
+        return None
+    return patched_text(config, changes).strip("\n") + "\n"
 
 
 def snippet(changes):
