@@ -74,7 +74,9 @@ def load_config(path):
         text = raw.decode("gb18030", errors="replace")
     stripped = text.lstrip()
     if p.suffix.lower() in _COMMAND_SUFFIXES or _looks_like_command(stripped):
-        return _command_config(p, text)
+        config = _command_config(p, text, quiet=p.suffix.lower() == ".txt")
+        if config is not None:
+            return config                      # a .txt without a launch command is read as YAML/JSON
     if p.suffix.lower() == ".json" or stripped.startswith("{"):
         try:
             data = json.loads(text)
@@ -98,10 +100,12 @@ def _looks_like_command(text):
     return bool(_LAUNCHER.match(first)) and ":" not in first.split()[0]
 
 
-def _command_config(p, text):
+def _command_config(p, text, quiet=False):
     """A launch command line as a config: its settings, over those of the YAML it names."""
     from .cmdline import find_command
     cmd = find_command(text)
+    if cmd is None and quiet:
+        return None
     if cmd is None:
         raise InputError(f"{p}: no launch command with settings found (expected e.g. `llamafactory-cli train x.yaml`, "
                          f"`torchrun train.py --key value`, `swift sft --key value`, `vllm serve MODEL --key value`)")
