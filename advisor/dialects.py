@@ -23,14 +23,17 @@ def flat_keys(data, pre=""):
             yield from flat_keys(v, pre + str(k) + ".")
 
 
-def detect(data, min_score=2):
-    """The dialect whose marker keys the config holds most of, or 'unknown'."""
+def detect(data, min_score=3):
+    """The dialect whose marker keys the config holds most of, or 'unknown'.
+
+    A marker is worth 2, a whole namespace (`actor_rollout_ref.`) 3, a weak key 1; one marker alone
+    is not enough (`base_model` opens axolotl files and alpaca-lora scripts' flags alike)."""
     # `max-model-len` (vLLM's YAML takes its flags' spelling) is the key max_model_len
     keys = {k.replace("-", "_") for k in flat_keys(data)} if isinstance(data, dict) else set()
     best, best_score = UNKNOWN, 0
     for name, spec in table().items():
         det = spec.get("detect") or {}
-        score = 2 * sum(1 for m in det.get("markers", ()) if _has(keys, m)) + \
+        score = sum(3 if m.endswith(".") else 2 for m in det.get("markers", ()) if _has(keys, m)) + \
             sum(1 for m in det.get("weak", ()) if _has(keys, m))
         if score > best_score:
             best, best_score = name, score

@@ -211,3 +211,12 @@ def test_vllm_yaml_with_dashed_keys():
 def test_json_config_keeps_json():
     c = load_config(SAMPLES / "hf-optimizer-step-oom.json")
     assert json.loads(patched_text(c, {"optim": ["adamw_torch", "paged_adamw_8bit"]}))["optim"] == "paged_adamw_8bit"
+
+
+@pytest.mark.parametrize("data", [
+    {"base_model": "chatglm3-6b", "data_path": "yahma/alpaca-cleaned", "output_dir": "out"},   # alpaca-lora flags
+    {"model": "gemma-2-2b", "mixed_precision": "fp16", "num_processes": 1, "batch_size": 12},  # autotrain params
+    {"pretrain": "llama", "micro_train_batch_size": 2, "zero_stage": 2, "bf16": True},         # OpenRLHF
+])
+def test_one_shared_key_is_not_a_dialect(data):
+    assert D.detect(data) == D.UNKNOWN
