@@ -53,7 +53,7 @@ def validate(data):
     fields = {"key", "aliases", "default", "on", "invert", "with", "source"}
     for name, spec in data["dialects"].items():
         assert {"name", "source", "detect", "knobs"} <= set(spec), name
-        assert set(spec) <= {"name", "reference", "source", "detect", "ds_path", "model_key", "knobs", "facts"}, name
+        assert set(spec) <= {"name", "reference", "source", "detect", "ds_path", "facts_keys", "knobs", "facts"}, name
         for knob, entry in spec["knobs"].items():
             assert set(entry) <= fields, f"dialects.yaml {name}.{knob}: unknown fields {set(entry) - fields}"
 

@@ -269,9 +269,10 @@ def facts_of(data, dialect, base=None):
     if dialect == "torchtune" and f.method is None:     # the model builder names the method
         comp = str(D.get_path(data, "model._component_") or "")
         f.method = "qlora" if "qlora" in comp else "lora" if "lora" in comp else "full" if comp else None
-    model_key = (D.table().get(dialect) or {}).get("model_key")
-    if model_key and D.get_path(data, model_key) is not D.MISSING:
-        f.model = D.get_path(data, model_key)
+    for name, key in ((D.table().get(dialect) or {}).get("facts_keys") or {}).items():
+        value = D.get_path(data, key)
+        if value is not D.MISSING and value is not None:
+            setattr(f, name, _int(value) if name == "num_gpus" else value)
     f.model = str(f.model) if isinstance(f.model, (str, int, float)) else None   # torchtune's model: {_component_: …}
     return f, _defaults(f, dialect)
 

@@ -55,6 +55,8 @@ def test_every_key_of_the_data_is_a_key_of_its_framework(dialect):
                 assert alias in ref, f"{dialect}.{knob} alias {alias}"
         for extra in entry.get("with") or {}:
             assert extra in ref, f"{dialect}.{knob} with {extra}"
+    for fact, key in (spec.get("facts_keys") or {}).items():
+        assert key in ref, f"{dialect} reads {fact} from {key}"
 
 
 def _plans(slug, cfg):
