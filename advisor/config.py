@@ -274,7 +274,7 @@ def facts_of(data, dialect, base=None):
         if value is not D.MISSING and value is not None:
             setattr(f, name, _int(value) if name == "num_gpus" else value)
     f.model = str(f.model) if isinstance(f.model, (str, int, float)) else None   # torchtune's model: {_component_: …}
-    return f, _defaults(f, dialect)
+    return f, _defaults(f, dialect, data)
 
 
 def _knob_facts(f, data, dialect):
@@ -310,12 +310,13 @@ def _knob_facts(f, data, dialect):
                 break
 
 
-def _defaults(f, dialect):
+def _defaults(f, dialect, data):
     """Fill what the file leaves out with the framework's defaults; the names filled."""
     spec = D.table().get(dialect) or {}
     defaulted = set()
-    # the optimizer's default moved with torch and transformers releases: shown when patched, not assumed
-    values = {name: D.default_of(dialect, knob) for knob, name in KNOB_FACTS.items() if knob != "optim"}
+    # a knob the file leaves to another program ("auto") has no default here: that program decides
+    values = {name: D.default_of(dialect, knob) for knob, name in KNOB_FACTS.items()
+              if D.knob(dialect, knob) is None or D.key_for(dialect, knob, data) is not None}
     if values.get("grad_ckpt") not in (D.MISSING, None) and (D.knob(dialect, "grad_ckpt") or {}).get("invert"):
         values["grad_ckpt"] = not values["grad_ckpt"]
     values.update(spec.get("facts") or {})
