@@ -36,7 +36,7 @@ class Command:
         self._parse()
 
     def _parse(self):
-        words = [w for w in self.words]
+        words = list(self.words)
         while words and _ENV.match(words[0][0]):
             words.pop(0)
         if not words:
