@@ -255,8 +255,8 @@ def facts_of(data, dialect, base=None):
         f.precision = "bf16"
     elif _bool(g("fp16")) or str(g("mixed_precision") or "").lower() == "fp16":
         f.precision = "fp16"
-    elif g("bf16") is not None or g("fp16") is not None:
-        f.precision = "fp32"
+    elif (g("bf16") is not None or g("fp16") is not None) and dialect != "llamafactory":
+        f.precision = "fp32"             # LF with both off still loads in the model's dtype: see _defaults
     if f.quantization_bit and f.method in (None, "lora"):
         f.method = "qlora" if f.quantization_bit == 4 else f.method or "lora"
     ds = g("deepspeed")

@@ -120,6 +120,8 @@ def test_llamafactory_without_precision_key_is_not_assumed_fp32(tmp_path):
     cfg = tmp_path / "lora.yaml"
     cfg.write_text("stage: sft\nfinetuning_type: lora\ncutoff_len: 1024\n")
     assert load_config(cfg).facts.precision is None
+    cfg.write_text("stage: sft\nfinetuning_type: lora\nbf16: false\nfp16: false\n")     # no autocast, same load
+    assert load_config(cfg).facts.precision is None
     cfg.write_text("stage: sft\nfinetuning_type: full\ncutoff_len: 1024\n")
     c = load_config(cfg)
     assert c.facts.precision == "fp32" and "precision" in c.defaulted
