@@ -21,8 +21,9 @@ def complete(diagnosis, config=None, gpu=None, model=None, params=None):
     diagnosis.plan = make_plan(diagnosis, rule, spec, config, diagnosis.lang)
     _traps(diagnosis, config)
     if diagnosis.plan:
-        from .patch import patch_for
+        from .patch import patch_for, patched_command
         diagnosis.patch, diagnosis.snippet = patch_for(diagnosis, config)
+        diagnosis.command = patched_command(diagnosis, config)
     return diagnosis
 
 

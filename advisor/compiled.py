@@ -25,6 +25,14 @@ def validate(data):
     from .frames import validate_frames
     load_rules.__wrapped__(RULES_DIR)              # the pydantic schema, file by file (catalogues: parse())
     validate_frames(data["frames"])
+    fields = {"key", "aliases", "default", "on", "invert", "with", "source"}
+    for name, spec in data["dialects"].items():
+        if not {"name", "source", "detect", "knobs"} <= set(spec) or \
+                not set(spec) <= {"name", "reference", "source", "detect", "ds_path", "facts_keys", "knobs", "facts"}:
+            raise ValueError(f"dialects.yaml {name}: needs name, source, detect and knobs, and nothing unknown")
+        for knob, entry in spec["knobs"].items():
+            if not set(entry) <= fields:
+                raise ValueError(f"dialects.yaml {name}.{knob}: unknown fields {set(entry) - fields}")
 
 
 def main(argv=None):

@@ -1,55 +1,49 @@
-"""The user's training config: read it (YAML or JSON), tell its dialect, turn it into Facts.
+"""The user's config: read it (YAML, JSON or a launch command line), tell its dialect, turn it into Facts.
 
-Dialects: LLaMA-Factory YAML, HF TrainingArguments (YAML or JSON), axolotl YAML. Framework
-defaults fill keys the file leaves out (LLaMA-Factory turns gradient checkpointing on unless
-`disable_gradient_checkpointing: true`; HF's eval batch is 8) and are marked as defaults, so a
-disagreement with the log is only reported for values the user actually wrote.
+The dialects and their keys are data (advisor/data/dialects.yaml, read by advisor/dialects.py).
+Framework defaults fill keys the file leaves out (LLaMA-Factory turns gradient checkpointing on
+unless `disable_gradient_checkpointing: true`; HF's eval batch is 8) and are marked as defaults,
+so a disagreement with the log is only reported for values the user actually wrote.
 """
 
 import json
 import re
 from pathlib import Path
 
+from . import dialects as D
 from .reader import InputError, input_error
 from .timeline import Facts
 
-LF_KEYS = {"finetuning_type", "stage", "template", "cutoff_len", "lora_target", "quantization_bit", "dataset_dir",
-           "disable_gradient_checkpointing", "pure_bf16", "flash_attn", "use_unsloth", "val_size", "packing"}
-AXOLOTL_KEYS = {"base_model", "micro_batch_size", "sequence_len", "adapter", "load_in_4bit", "datasets", "lora_r",
-                "sample_packing", "val_set_size", "lora_target_linear", "eval_batch_size"}
-HF_KEYS = {"per_device_train_batch_size", "output_dir", "gradient_accumulation_steps", "learning_rate",
-           "num_train_epochs", "gradient_checkpointing", "per_device_eval_batch_size", "logging_steps"}
-
-# knob -> key per dialect (DESIGN §7); the patcher writes these, the reader reads them.
-KEYS = {
-    "batch": {"llamafactory": "per_device_train_batch_size", "hf": "per_device_train_batch_size", "axolotl": "micro_batch_size"},
-    "grad_accum": {"llamafactory": "gradient_accumulation_steps", "hf": "gradient_accumulation_steps",
-                   "axolotl": "gradient_accumulation_steps"},
-    "seq_len": {"llamafactory": "cutoff_len", "hf": "max_seq_length", "axolotl": "sequence_len"},
-    "eval_batch": {"llamafactory": "per_device_eval_batch_size", "hf": "per_device_eval_batch_size",
-                   "axolotl": "eval_batch_size"},
-    "optim": {"llamafactory": "optim", "hf": "optim", "axolotl": "optimizer"},
-    "deepspeed": {"llamafactory": "deepspeed", "hf": "deepspeed", "axolotl": "deepspeed"},
-    "eval_accumulation_steps": {"llamafactory": "eval_accumulation_steps", "hf": "eval_accumulation_steps"},
-}
-DEFAULTS = {
-    "llamafactory": {"batch": 8, "grad_accum": 1, "seq_len": 2048, "eval_batch": 8, "grad_ckpt": True,
-                     "method": "lora", "lora_rank": 8, "lora_target": "all", "flash_attn": True, "precision": "fp32"},
-    "hf": {"batch": 8, "grad_accum": 1, "eval_batch": 8, "grad_ckpt": False, "method": "full", "precision": "fp32",
-           "flash_attn": True},
-    "axolotl": {"batch": 1, "grad_accum": 1, "seq_len": 512, "grad_ckpt": False, "method": "full",
-                "precision": "bf16", "flash_attn": False},
-}
+# knob -> Facts field it fills; the keys themselves are per dialect in advisor/data/dialects.yaml
+KNOB_FACTS = {"batch": "batch", "grad_accum": "grad_accum", "seq_len": "seq_len", "grad_ckpt": "grad_ckpt",
+              "eval_batch": "eval_batch", "optim": "optim", "eval_accumulation": "eval_accumulation_steps"}
 
 
 class Config:
     """A parsed config file: its data, dialect, facts, and which facts came from defaults."""
 
-    def __init__(self, path, text, data, fmt):
+    def __init__(self, path, text, data, fmt, command=None):
         self.path, self.text, self.data, self.format = Path(path), text, data, fmt
+        self.command = command                 # a launch command line (format "cmdline"): where to patch
+        self.from_log = None                   # the log line the command was read from, when it was
         self.display_path = str(path)          # as the user typed it: the diff names it so `patch -p0` finds it
-        self.dialect = detect_dialect(data)
+        self.dialect = (command.dialect if command is not None else None) or detect_dialect(data)
         self.facts, self.defaulted = facts_of(data, self.dialect, self.path.parent)
+        if command is not None and self.facts.num_gpus is None:
+            self.facts.num_gpus = _int(command.launcher.get("nproc_per_node") or command.launcher.get("num_processes")
+                                       or command.launcher.get("num_gpus"))
+
+    def key(self, knob):
+        """The key this file sets `knob` with, or None when its dialect has none."""
+        return D.key_for(self.dialect, knob, self.data) if self.dialect != D.UNKNOWN else None
+
+    def has(self, key):
+        """Whether the user's settings hold `key` (a command line's own, or the YAML it names)."""
+        return D.get_path(self.data, key) is not D.MISSING
+
+    def value(self, key):
+        v = D.get_path(self.data, key)
+        return None if v is D.MISSING else v
 
     def conflicts_with(self, log_facts):
         """Facts the log and the config both state, with different values."""
@@ -63,11 +57,7 @@ class Config:
 
 
 def detect_dialect(data):
-    keys = set(data)
-    scores = {"llamafactory": len(keys & LF_KEYS) * 2 + ("model_name_or_path" in keys),
-              "axolotl": len(keys & AXOLOTL_KEYS) * 2, "hf": len(keys & HF_KEYS)}
-    best = max(scores, key=scores.get)
-    return best if scores[best] >= 2 else "unknown"
+    return D.detect(data)
 
 
 def load_config(path):
@@ -83,6 +73,10 @@ def load_config(path):
     except UnicodeDecodeError:
         text = raw.decode("gb18030", errors="replace")
     stripped = text.lstrip()
+    if p.suffix.lower() in _COMMAND_SUFFIXES or _looks_like_command(stripped):
+        config = _command_config(p, text, quiet=p.suffix.lower() == ".txt")
+        if config is not None:
+            return config                      # a .txt without a launch command is read as YAML/JSON
     if p.suffix.lower() == ".json" or stripped.startswith("{"):
         try:
             data = json.loads(text)
@@ -95,6 +89,59 @@ def load_config(path):
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a mapping of settings at the top level, found {type(data).__name__}")
     return Config(p, text, data, fmt)
+
+
+_COMMAND_SUFFIXES = (".sh", ".bash", ".txt", ".cmd")
+
+
+def _looks_like_command(text):
+    from .cmdline import _LAUNCHER
+    first = next((ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")), "")
+    return bool(_LAUNCHER.match(first)) and ":" not in first.split()[0]
+
+
+def _command_config(p, text, quiet=False):
+    """A launch command line as a config: its settings, over those of the YAML it names."""
+    from .cmdline import find_command
+    cmd = find_command(text)
+    if cmd is None and quiet:
+        return None
+    if cmd is None:
+        raise InputError(f"{p}: no launch command with settings found (expected e.g. `llamafactory-cli train x.yaml`, "
+                         f"`torchrun train.py --key value`, `swift sft --key value`, `vllm serve MODEL --key value`)")
+    data = {}
+    if cmd.yaml_path:
+        for cand in (p.parent / cmd.yaml_path, Path(cmd.yaml_path)):
+            try:
+                base = _load_yaml(cand.read_text(encoding="utf-8"), cand)
+            except (OSError, InputError):
+                continue
+            if isinstance(base, dict):
+                data.update(base)
+                break
+    data.update(cmd.data)
+    return Config(p, text, data, "cmdline", command=cmd)
+
+
+def config_from_log(timeline):
+    """The launch command the log echoes, as a config, when its program or its settings name a
+    dialect beyond doubt (a bare `python train.py --model x` could be anything: words then)."""
+    from .cmdline import find_command
+    if not timeline.command:
+        return None
+    cmd = find_command(timeline.command)
+    if cmd is None:
+        return None
+    dialect = cmd.dialect or D.detect(cmd.data, min_score=6)
+    if dialect not in (cmd.dialect, "llamafactory", "verl", "easyr1"):
+        return None                          # a script's own flags: its dialect is a guess
+    cmd.dialect = dialect
+    config = Config(Path(timeline.source), timeline.command, dict(cmd.data), "cmdline", command=cmd)
+    config.from_log = timeline.command_line
+    for name in config.defaulted:            # what the command does not say stays unknown: the log may tell
+        setattr(config.facts, name, None)
+    config.defaulted = set()
+    return config
 
 
 def _load_yaml(text, path):
@@ -114,6 +161,8 @@ def _load_yaml(text, path):
 
 
 def _bool(v):
+    if isinstance(v, dict):              # DeepSpeed's {"enabled": …} sections
+        return _bool(v.get("enabled"))
     if isinstance(v, bool):
         return v
     if isinstance(v, str):
@@ -206,22 +255,86 @@ def facts_of(data, dialect, base=None):
         f.precision = "bf16"
     elif _bool(g("fp16")) or str(g("mixed_precision") or "").lower() == "fp16":
         f.precision = "fp16"
-    elif g("bf16") is not None or g("fp16") is not None:
-        f.precision = "fp32"
+    elif (g("bf16") is not None or g("fp16") is not None) and dialect != "llamafactory":
+        f.precision = "fp32"             # LF with both off still loads in the model's dtype: see _defaults
     if f.quantization_bit and f.method in (None, "lora"):
         f.method = "qlora" if f.quantization_bit == 4 else f.method or "lora"
     ds = g("deepspeed")
     f.deepspeed = deepspeed_stage(ds, base) if ds else ("zero" + str(g("zero_stage")) if g("zero_stage") is not None else None)
     n = _int(g("nproc_per_node") or g("num_processes") or g("num_gpus"))
     f.num_gpus = n
-    if f.model is not None:
-        f.model = str(f.model)
+    _knob_facts(f, data, dialect)
+    if dialect == "deepspeed":
+        f.deepspeed = deepspeed_stage(data)
+    if dialect == "torchtune" and f.method is None:     # the model builder names the method
+        comp = str(D.get_path(data, "model._component_") or "")
+        f.method = "qlora" if "qlora" in comp else "lora" if "lora" in comp else "full" if comp else None
+    for name, key in ((D.table().get(dialect) or {}).get("facts_keys") or {}).items():
+        value = D.get_path(data, key)
+        if value is not D.MISSING and value is not None:
+            setattr(f, name, _int(value) if name == "num_gpus" else value)
+    f.model = str(f.model) if isinstance(f.model, (str, int, float)) else None   # torchtune's model: {_component_: …}
+    return f, _defaults(f, dialect, data)
+
+
+def _knob_facts(f, data, dialect):
+    """The knobs, read through the dialect's own keys (nested, dotted, aliased): they win."""
+    if dialect == D.UNKNOWN:
+        return
+    for knob, name in KNOB_FACTS.items():
+        key = D.key_for(dialect, knob, data)
+        v = D.get_path(data, key) if key else D.MISSING
+        if v is D.MISSING or v is None:
+            continue
+        if name == "grad_ckpt":          # axolotl's "offload" and "offload_disk" are on too
+            v = str(v).strip().lower() not in ("false", "0", "no", "none", "off")
+            v = (not v) if (D.knob(dialect, knob) or {}).get("invert") else v
+        elif name == "optim":
+            v = str(v)
+        else:
+            v = _int(v)
+        if v is not None:
+            setattr(f, name, v)
+    method = D.get_path(data, D.key_for(dialect, "lora", data) or "") if f.method is None else None
+    if isinstance(method, str) and method.lower() in ("full", "lora", "qlora", "freeze", "oft"):
+        f.method = method.lower()
+    bits = D.get_path(data, D.key_for(dialect, "quantize", data) or "") if f.quantization_bit is None else None
+    if bits is True or _int(bits) in (4, 8):
+        f.quantization_bit = 4 if bits is True else _int(bits)
+    if f.precision is None:
+        for prec in ("bf16", "fp16"):
+            key = D.key_for(dialect, prec, data)
+            v = D.get_path(data, key) if key else D.MISSING
+            if v is not D.MISSING and str(v).lower() in (str(D.file_value(dialect, prec, True)).lower(), prec):
+                f.precision = prec
+                break
+
+
+def _defaults(f, dialect, data):
+    """Fill what the file leaves out with the framework's defaults; the names filled."""
+    spec = D.table().get(dialect) or {}
     defaulted = set()
-    for name, value in DEFAULTS.get(dialect, {}).items():
-        if getattr(f, name) is None:
-            setattr(f, name, value)
-            defaulted.add(name)
-    return f, defaulted
+    # a knob the file leaves to another program ("auto") has no default here: that program decides
+    values = {name: D.default_of(dialect, knob) for knob, name in KNOB_FACTS.items()
+              if D.knob(dialect, knob) is None or D.key_for(dialect, knob, data) is not None}
+    if values.get("grad_ckpt") not in (D.MISSING, None) and (D.knob(dialect, "grad_ckpt") or {}).get("invert"):
+        values["grad_ckpt"] = not values["grad_ckpt"]
+    values.update(spec.get("facts") or {})
+    if dialect == "llamafactory" and f.method == "full":
+        # no bf16/fp16 key: LF upcasts every trainable parameter to fp32 and runs no autocast (LF
+        # model/adapter.py init_adapter @ ff6d4d1); LoRA keeps the frozen weights in the model's
+        # own dtype (model/patcher.py infer_optim_dtype), which the runspec guesses from the card
+        values["precision"] = "fp32"
+    for name, value in values.items():
+        if value is D.MISSING or value is None or not hasattr(f, name) or getattr(f, name) is not None:
+            continue
+        if name in ("batch", "grad_accum", "seq_len", "eval_batch", "eval_accumulation_steps"):
+            value = _int(value)
+        if name == "grad_ckpt":
+            value = bool(value)
+        setattr(f, name, value)
+        defaulted.add(name)
+    return defaulted
 
 
 def _join(v):

@@ -55,6 +55,7 @@ class Diagnosis(Record):
     earlier_failures: int = 0
     ranks: List[int] = field(default_factory=list)
     snippet: Optional[str] = None
+    command: Optional[str] = None          # the log's launch command with the plan's changes (no --config)
     conflicts: List[dict] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
     basis: dict = field(default_factory=dict)      # what decided the phase and the component

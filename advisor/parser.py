@@ -71,6 +71,9 @@ _FRAMEWORK_RX = re.compile("|".join(re.escape(n) for n, _ in _FRAMEWORKS))
 MARKER_PHRASES = re.compile(r"\*{5} Running (?:training|Evaluation|Prediction) \*{5}|Saving model checkpoint to"
                             r"|Loading checkpoint shards|\*{5} (?:train|eval) metrics \*{5}")
 
+# a launcher with settings after it; frames (`File ".../bin/torchrun"`) have none
+_COMMAND_HINT = re.compile(r"(?:^|[$#>+] )(?:[A-Z_]+=\S+ )*(?:llamafactory-cli|lmf|torchrun|accelerate launch|swift (?:sft|pt|rlhf|infer|"
+                           r"deploy|export|eval)|vllm serve|tune run|deepspeed|python[\d.]*) \S.*(?:--\w|\w=|\.ya?ml\b)")
 _ZERO_FRAME = re.compile(r"deepspeed/runtime/zero/(stage3|stage_1_and_2)\.py")
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16"}
 
@@ -298,6 +301,8 @@ class Parser:
 
     def _facts(self, line, text):
         f = self.f
+        if line.no <= FRAMEWORK_HEAD:
+            self._command(line, text)
         if line.no <= FRAMEWORK_HEAD and f.framework != "llamafactory":
             self._framework(text)
         if " = " in text:
@@ -377,6 +382,16 @@ class Parser:
         if "expandable_segments:True" in text and "try setting" not in text and "to avoid fragmentation" not in text:
             # set by the user, not PyTorch's hint (whose tail a wrapped paste puts on a line of its own)
             self._set("expandable_segments", True, line)
+
+    def _command(self, line, text):
+        """The launch command a log echoes (a shell prompt, `+ cmd`): patched when no config is given."""
+        t = self.t
+        if t.command is not None and t.command.endswith("\\") and line.no == t.command_line + t.command.count("\n") + 1:
+            t.command += "\n" + text                 # a command split with backslashes goes on
+            return
+        m = _COMMAND_HINT.search(text) if t.command is None else None
+        if m:                                        # without the shell prompt before it
+            t.command, t.command_line = re.sub(r"^[$#>+] ", "", text[m.start():]), line.no
 
     def _framework(self, text):
         """The framework a log comes from: logger names in its first lines, paths in its frames."""

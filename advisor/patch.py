@@ -15,6 +15,7 @@ import re
 import tempfile
 from pathlib import Path
 
+from .dialects import set_path
 from .reader import InputError
 
 # where a missing key belongs: after the first of these that the file has
@@ -60,8 +61,18 @@ def patch_for(diagnosis, config):
         return None, None
     if config is None or config.dialect == "unknown":
         return None, snippet(changes)
+    if config.from_log is not None:           # the command the log echoes: see patched_command
+        return None, snippet(changes)
     new_text = patched_text(config, changes)
     return unified_diff(config, new_text) or None, None
+
+
+def patched_command(diagnosis, config):
+    """The launch command the log echoes, with the plan's changes: what to run instead."""
+    changes = applied_changes(diagnosis.plan)
+    if not changes or config is None or config.from_log is None:
+        return None
+    return patched_text(config, changes).strip("\n") + "\n"
 
 
 def snippet(changes):
@@ -78,10 +89,13 @@ def _yaml_scalar(value):
 
 
 def patched_text(config, changes):
+    if config.format == "cmdline":
+        from .cmdline import patched
+        return patched(config.command, changes)
     if config.format == "json":
-        data = dict(config.data)
+        data = json.loads(config.text)     # a fresh copy: nested sections are edited in place
         for key, (_, new) in changes.items():
-            data[key] = new
+            set_path(data, key, new)
         indent = _json_indent(config.text)
         return json.dumps(data, indent=indent, ensure_ascii=False) + ("\n" if config.text.endswith("\n") else "")
     from ruamel.yaml import YAML
@@ -91,10 +105,7 @@ def patched_text(config, changes):
     yaml.indent(**_list_indent(config.text))
     data = yaml.load(config.text)          # a fresh copy: the loaded config stays as the user wrote it
     for key, (_, new) in changes.items():
-        if key in data:
-            data[key] = new
-        else:
-            _insert(data, key, new)
+        set_path(data, key, new, insert=_insert)      # nested (`zero_optimization.stage`) or dotted keys
     out = io.StringIO()
     yaml.dump(data, out)
     return out.getvalue()
@@ -163,7 +174,8 @@ def write_patched(diagnosis, config_path, output=None):
     config = load_config(config_path)
     changes = applied_changes(diagnosis.plan)
     if config.dialect == "unknown":
-        raise InputError(f"{config_path}: not a LLaMA-Factory, HF or axolotl config; nothing written")
+        raise InputError(f"{config_path}: not a LLaMA-Factory, HF/TRL, axolotl, DeepSpeed, accelerate, ms-swift, "
+                         f"torchtune, verl or vLLM config; nothing written")
     if config.format == "yaml" and re.search(r"(?m)^\s*<<\s*:|(?:^|[\s:\[,-])[&*][A-Za-z_][\w-]*", config.text):
         raise InputError(f"{config_path}: uses YAML anchors/aliases or merge keys, which a rewrite could break; "
                          f"nothing written — apply the printed diff by hand")

@@ -29,9 +29,12 @@ def diagnose_stream(stream, source, config_path=None, lang="en", gpu=None, model
     from .fastpath import timeline_of
     timeline = timeline_of(stream, source)
     config = load_config(config_path) if config_path else None
+    if config is None:                        # no file: the launch command the log echoes, if any
+        from .config import config_from_log
+        config = config_from_log(timeline)
     facts = config.facts if config else None
     diagnosis = diagnose_timeline(timeline, lang=lang, facts=facts)
-    if config:
+    if config and config.from_log is None:
         diagnosis.conflicts = config.conflicts_with(timeline.facts)
     if with_plan:
         from .advise import complete

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from .budget import MARGIN, RESERVE_GIB, estimate
-from .config import KEYS
+from . import dialects as D
 from .planwords import display_text, why_text
 from .record import Record
 from .runspec import zero_of
@@ -20,8 +20,6 @@ SAFE, UNSAFE, DISPLAY = "safe", "unsafe", "display"
 PHASE_LADDER = {"load": "OOM101", "first_step": "OOM201", "mid_training": "OOM204", "evaluation": "OOM404",
                 "checkpoint_save": "OOM410", "inference": "OOM201", "unknown": "OOM200"}
 COMPONENT_LADDER = {"optimizer_states": "OOM301", "gradients": "OOM310", "eval_outputs": "OOM401"}
-DS_PATHS = {"llamafactory": "examples/deepspeed/ds_z{n}{o}_config.json", "hf": "ds_z{n}{o}_config.json",
-            "axolotl": "deepspeed_configs/zero{n}{o}.json"}
 
 
 @dataclass
@@ -43,8 +41,11 @@ class Context:
         self.d, self.spec, self.config, self.lang = diagnosis, spec, config, lang
         f = diagnosis.facts
         self.facts = f
-        self.dialect = config.dialect if config is not None and config.dialect != "unknown" else \
-            {"llamafactory": "llamafactory", "axolotl": "axolotl"}.get(f.get("framework"), "hf")
+        # a file of no known dialect gets words, not keys; with no file, the log's framework names
+        # the keys of the snippet
+        self.dialect = config.dialect if config is not None else \
+            {"llamafactory": "llamafactory", "axolotl": "axolotl", "trl": "trl", "ms-swift": "ms_swift"}.get(
+                f.get("framework"), "hf")
         mem = diagnosis.memory or {}
         # several GPUs: stated, or implied by a device index above 0, by [rankN]: prefixes (the
         # distributed excepthook), by a DeepSpeed config, or by DDP's own frames in the evidence
@@ -55,10 +56,42 @@ class Context:
         self.gap = 0.0       # GiB the allocator saw beyond the estimate: added to every what-if
 
     def key(self, knob):
-        return KEYS[knob].get(self.dialect)
+        """The knob's key in the user's dialect (the file's own spelling), or None: then words."""
+        if self.dialect == D.UNKNOWN:
+            return None
+        return self.config.key(knob) if self.config is not None else D.key_for(self.dialect, knob, {})
 
-    def old(self, key, fallback=None):
-        return self.data.get(key, fallback) if key else fallback
+    def old(self, knob, fallback=None):
+        """The knob's current value: the file's; else the framework's default, marked `unset (default X)`;
+        with no file, what the log showed (`fallback`). Never a guess presented as the file's."""
+        key = self.key(knob)
+        if self.config is not None and key and self.config.has(key):
+            return self.config.value(key)
+        if (self.config is None or self.config.from_log is not None) and fallback is not None:
+            return fallback                   # no file to quote: what the log showed ran
+        return D.unset(self.dialect, knob)
+
+    def change(self, knob, new, fallback=None):
+        """{key: [old, new]} setting `knob` to `new` (True = on) in the dialect's own spelling, plus the
+        keys that go with it; {} when the dialect has no key for it, or the file lacks the key and
+        the framework's default already is `new` (writing it would change nothing)."""
+        key = self.key(knob)
+        if not key:
+            return {}
+        value = D.file_value(self.dialect, knob, new)
+        from_log = self.config is None or self.config.from_log is not None
+        in_file = (self.config is not None and self.config.has(key)) or (from_log and fallback is not None)
+        default = D.default_of(self.dialect, knob)
+        if not in_file and default == value and type(default) is type(value):
+            return {}
+        out = {key: [self.old(knob, fallback), value]}
+        for extra, v in ((D.knob(self.dialect, knob) or {}).get("with") or {}).items():
+            has = self.config is not None and self.config.has(extra)
+            out[extra] = [self.config.value(extra) if has else "unset", v]
+        return out
+
+    def on_value(self, knob, fallback):
+        return (D.knob(self.dialect, knob) or {}).get("on", fallback)
 
 
 # ---- one builder per action: (changes, spec update, applicability) or None when it cannot help ----
@@ -74,19 +107,17 @@ def _reduce_batch(c, s):
         while nb > 1 and not _fits(c, s.model_copy(update={"batch": nb})):
             nb //= 2
     ng = g * b // nb
-    return {c.key("batch"): [c.old(c.key("batch"), b), nb], c.key("grad_accum"): [c.old(c.key("grad_accum"), g), ng]}, \
-        {"batch": nb}, SAFE
+    ch = c.change("batch", nb, fallback=b)
+    if ch:                                        # accumulation keeps the effective batch of that change
+        ch.update(c.change("grad_accum", ng, fallback=g))
+    return ch, {"batch": nb}, SAFE
 
 
 def _grad_checkpointing(c, s):
     on = s.grad_ckpt if s else c.facts.get("grad_ckpt")
     if on:
         return None
-    if c.dialect == "llamafactory":
-        return {"disable_gradient_checkpointing": [c.old("disable_gradient_checkpointing", True), False]}, \
-            {"grad_ckpt": True}, SAFE
-    key = "activation_checkpointing" if "activation_checkpointing" in c.data else "gradient_checkpointing"
-    return {key: [c.old(key, False), True]}, {"grad_ckpt": True}, SAFE
+    return c.change("grad_ckpt", True, fallback=c.facts.get("grad_ckpt")), {"grad_ckpt": True}, SAFE
 
 
 def _reduce_seq_len(c, s):
@@ -99,7 +130,7 @@ def _reduce_seq_len(c, s):
     if s is not None:
         while new > 512 and not _fits(c, s.model_copy(update={"seq": new})):
             new //= 2
-    return {c.key("seq_len"): [c.old(c.key("seq_len"), seq), new]}, {"seq": new}, UNSAFE
+    return c.change("seq_len", new, fallback=seq), {"seq": new}, UNSAFE
 
 
 def _precision(c, s):
@@ -107,9 +138,9 @@ def _precision(c, s):
     native = s.bf16_native if s else None
     if prec == "fp32" or prec is None:
         new = "bf16" if native is not False else "fp16"
-        return {new: [c.old(new, False), True]}, {"precision": new}, UNSAFE
+        return c.change(new, True), {"precision": new}, UNSAFE
     if prec == "bf16" and c.dialect == "llamafactory" and s is not None and s.method == "full" and native:
-        return {"pure_bf16": [c.old("pure_bf16", False), True]}, {"precision": "pure_bf16"}, UNSAFE
+        return c.change("pure_bf16", True), {"precision": "pure_bf16"}, UNSAFE
     return None
 
 
@@ -118,16 +149,11 @@ def _quantize(c, s):
     bits = s.quant_bits if s else c.facts.get("quantization_bit")
     if bits == 4 or method == "qlora":
         return None
-    if c.dialect == "axolotl":
-        ch = {"load_in_4bit": [c.old("load_in_4bit", False), True], "adapter": [c.old("adapter"), "qlora"]}
-        if c.data.get("load_in_8bit"):
-            ch["load_in_8bit"] = [True, False]
-    elif c.dialect == "llamafactory":
-        ch = {"quantization_bit": [c.old("quantization_bit"), 4]}
-        if method in ("full", "freeze"):
-            ch["finetuning_type"] = [c.old("finetuning_type", method), "lora"]
-    else:
-        ch = {}
+    ch = c.change("quantize", True)
+    if ch and c.dialect == "axolotl" and c.data.get("load_in_8bit"):
+        ch["load_in_8bit"] = [True, False]
+    elif ch and "with" not in (D.knob(c.dialect, "quantize") or {}) and method in ("full", "freeze"):
+        ch.update(c.change("lora", True, fallback=method))   # quantised weights train through an adapter
     return ch, {"method": "qlora", "quant_bits": 4}, UNSAFE
 
 
@@ -135,13 +161,7 @@ def _use_lora(c, s):
     method = s.method if s else c.facts.get("method")
     if method not in ("full", "freeze"):
         return None
-    if c.dialect == "llamafactory":
-        ch = {"finetuning_type": [c.old("finetuning_type", method), "lora"]}
-    elif c.dialect == "axolotl":
-        ch = {"adapter": [c.old("adapter"), "lora"]}
-    else:
-        ch = {}
-    return ch, {"method": "lora"}, UNSAFE
+    return c.change("lora", True, fallback=method), {"method": "lora"}, UNSAFE
 
 
 def _optimizer_8bit(c, s):
@@ -149,17 +169,23 @@ def _optimizer_8bit(c, s):
     optim = str((s.optim if s else c.facts.get("optim")) or "")
     if method not in (None, "full", "freeze") or "8bit" in optim:
         return None
-    new = "adamw_bnb_8bit" if c.dialect == "axolotl" else "paged_adamw_8bit"
-    return {c.key("optim"): [c.old(c.key("optim"), optim or None), new]}, {"optim": new}, UNSAFE
+    new = c.on_value("optim", "paged_adamw_8bit")
+    return c.change("optim", True, fallback=optim or None), {"optim": new}, UNSAFE
 
 
-def _ds_path(c, stage, offload=False):
-    return DS_PATHS.get(c.dialect, DS_PATHS["hf"]).format(n=stage, o="_offload" if offload else "")
-
-
-def _ds_change(c, path):
-    """The deepspeed key's change, from what the config (else the log) had."""
-    return {"deepspeed": [c.old("deepspeed", c.facts.get("deepspeed")), path]}
+def _ds_change(c, stage, offload=False):
+    """ZeRO `stage` (with CPU offload) in the dialect's terms: a trainer's `deepspeed` file (its
+    shipped example name), a DeepSpeed JSON's own keys, or an RL trainer's offload switches."""
+    path = (D.table().get(c.dialect) or {}).get("ds_path")
+    if path and c.key("deepspeed"):
+        return c.change("deepspeed", path.format(n=stage, o="_offload" if offload else ""),
+                        fallback=c.facts.get("deepspeed"))
+    ch = c.change("zero_stage", stage)
+    if offload:
+        ch.update(c.change("offload_optimizer", True))
+        if stage == 3 or not c.key("zero_stage"):
+            ch.update(c.change("offload_param", True))
+    return ch
 
 
 def _zero_in_effect(c, s):
@@ -173,7 +199,7 @@ def _zero_sharding(c, s):
     if not c.multi_gpu or zero >= 3 or states and zero >= 2:
         return None                               # already sharded as far as it helps: offload next
     stage = 2 if states else 3
-    return _ds_change(c, _ds_path(c, stage)), {"zero": stage, "gpus": max(2, s.gpus if s else 2)}, SAFE
+    return _ds_change(c, stage), {"zero": stage, "gpus": max(2, s.gpus if s else 2)}, SAFE
 
 
 def _cpu_offload(c, s):
@@ -183,7 +209,7 @@ def _cpu_offload(c, s):
     if offload:
         return None
     stage = max(2, zero)
-    return _ds_change(c, _ds_path(c, stage, offload=True)), {"zero": stage, "offload": True}, SAFE
+    return _ds_change(c, stage, offload=True), {"zero": stage, "offload": True}, SAFE
 
 
 def _eval_batch(c, s):
@@ -191,13 +217,13 @@ def _eval_batch(c, s):
     if eb <= 1:
         return None
     new = max(1, min(eb // 2, c.facts.get("batch") or eb // 2))
-    return {c.key("eval_batch"): [c.old(c.key("eval_batch"), eb), new]}, {}, SAFE
+    return c.change("eval_batch", new, fallback=eb), {}, SAFE
 
 
 def _eval_accumulation(c, s):
     if c.facts.get("eval_accumulation_steps") or c.dialect == "axolotl":
         return None
-    return {"eval_accumulation_steps": [c.old("eval_accumulation_steps"), 4]}, {}, SAFE
+    return c.change("eval_accumulation", True), {}, SAFE
 
 
 def _expandable_segments(c, s):

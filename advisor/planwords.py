@@ -102,12 +102,29 @@ _DISPLAY = {
 }
 
 
+_FSDP_SAVE = {"en": "save a sharded state dict (fsdp_state_dict_type: SHARDED_STATE_DICT), or gather the full one on "
+                    "rank 0 only, offloaded to the CPU (FullStateDictConfig(rank0_only=True, offload_to_cpu=True))",
+              "zh": "保存分片的 state dict（fsdp_state_dict_type: SHARDED_STATE_DICT），或只在 rank 0 上收集完整的 "
+                    "state dict 并卸载到 CPU（FullStateDictConfig(rank0_only=True, offload_to_cpu=True)）"}
+
+
+def _fsdp(c):
+    """An FSDP run: its config says so, or its frames do (DeepSpeed's gather-on-save is not its setting)."""
+    data = c.data or {}
+    return bool(data.get("fsdp") or data.get("fsdp_config") or "FSDP" in str(data.get("distributed_type") or "")
+                or any("fsdp/" in e.text or "fully_sharded_data_parallel" in e.text for e in c.d.evidence))
+
+
 def display_text(action, c):
     if action == "expandable_segments":
         var = {"npu": "PYTORCH_NPU_ALLOC_CONF", "rocm": "PYTORCH_HIP_ALLOC_CONF"}.get(c.d.accelerator,
                                                                                      "PYTORCH_CUDA_ALLOC_CONF")
         return f"export {var}=expandable_segments:True"
+    if action == "cpu_offload" and c.d.phase == "checkpoint_save" and _fsdp(c):
+        return _FSDP_SAVE["zh" if c.lang == "zh" else "en"]
     text = _DISPLAY.get(action, {}).get(c.lang) or _DISPLAY.get(action, {}).get("en", "")
+    if not text and action in SHORT:      # the config's dialect has no key for it: say it in words
+        text = SHORT[action][1 if c.lang == "zh" else 0]
     return text.format(rule=c.d.rule)
 
 

@@ -21,7 +21,7 @@ SNAPSHOT = DATA / "compiled.json"
 
 def sources():
     return sorted(RULES.glob("OOM*.yaml")) + [DATA / "models.yaml", DATA / "gpus.yaml", DATA / "frames.yaml",
-                                             DATA / "frames_frameworks.yaml"]
+                                             DATA / "frames_frameworks.yaml", DATA / "dialects.yaml"]
 
 
 def fingerprint():
@@ -39,7 +39,8 @@ def parse():
     data = {"fingerprint": fingerprint(),
             "rules": {p.name: load(p) for p in sorted(RULES.glob("OOM*.yaml"))},
             "models": load(DATA / "models.yaml"), "gpus": load(DATA / "gpus.yaml"),
-            "frames": {**load(DATA / "frames.yaml"), "frameworks": load(DATA / "frames_frameworks.yaml")["frames"]}}
+            "frames": {**load(DATA / "frames.yaml"), "frameworks": load(DATA / "frames_frameworks.yaml")["frames"]},
+            "dialects": load(DATA / "dialects.yaml")}
     for entry in data["models"]:
         ModelShape(**entry)
     for entry in data["gpus"]:

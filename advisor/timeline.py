@@ -92,3 +92,5 @@ class Timeline(Record):
     window: list = field(default_factory=list)               # reader.Line objects around the failure
     fact_lines: dict = field(default_factory=dict)           # fact name -> log line it came from
     exact_lines: Optional[int] = None                        # big files: line numbers past this are estimates
+    command: Optional[str] = None                            # the launch command the log echoes (first lines)
+    command_line: Optional[int] = None

@@ -80,11 +80,19 @@ def test_checkpointing_suggested_when_user_turned_it_off(tmp_path):
 
 
 def test_fp16_not_bf16_on_a_card_without_bf16(tmp_path):
-    # 31.75 GiB is a V100-32G: no native bf16
-    d = first_step(tmp_path, LF.replace("per_device_train_batch_size: 4", "per_device_train_batch_size: 1")
-                   + "fp16: false\nbf16: false\n", cap=31.75, alloc=31.0)
-    precision = [s for s in d.plan if s["action"] == "precision"]
-    assert precision and "fp16" in precision[0]["changes"] and "bf16" not in precision[0]["changes"]
+    """31.75 GiB is a V100-32G: no native bf16, so the precision move is fp16. (A full fine-tune in
+    fp32; LLaMA-Factory loads LoRA's frozen weights in half precision already. Mixed precision keeps an
+    fp32 master copy, so the move may save too little to be offered: its builder is asked directly.)"""
+    from advisor.plan import BUILDERS, Context
+    from advisor.runspec import spec_from_facts
+    text = LF.replace("per_device_train_batch_size: 4", "per_device_train_batch_size: 1") + "fp16: false\nbf16: false\n"
+    d = first_step(tmp_path, text.replace("finetuning_type: lora", "finetuning_type: full"), cap=31.75, alloc=31.0)
+    spec, _ = spec_from_facts(d.facts, d.memory)
+    from advisor.config import load_config
+    changes, update, _ = BUILDERS["precision"](Context(d, spec, load_config(str(tmp_path / "train.yaml")), "en"), spec)
+    assert "fp16" in changes and "bf16" not in changes and update == {"precision": "fp16"}
+    d = first_step(tmp_path, text, cap=31.75, alloc=31.0)
+    assert not [s for s in d.plan if s["action"] == "precision"]
 
 
 def test_bf16_on_v100_is_a_finding(tmp_path):

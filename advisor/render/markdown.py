@@ -26,6 +26,8 @@ def render_markdown(d, lang="en"):
         out.append("")
     if d.patch:
         out += [f"**{L('patch')}**", "", "```diff", d.patch.rstrip("\n"), "```", ""]
+    if d.command:
+        out += [f"**{L('command')}**", "", "```sh", d.command.rstrip("\n"), "```", ""]
     if d.conflicts:
         out += [f"**{L('conflicts')}**{colon(lang)}" + ("；" if zh else "; ").join(conflict_text(c, lang)
                                                                                 for c in d.conflicts), ""]

@@ -68,6 +68,8 @@ def render_text(d, lang="en", color=False):
             col = "green" if ln.startswith("+") and not ln.startswith("+++") else \
                   "red" if ln.startswith("-") and not ln.startswith("---") else None
             out.append("  " + (_c(ln, col, color) if col else ln))
+    if d.command:
+        out += ["", _c(L("command"), "bold", color)] + ["  " + ln for ln in d.command.rstrip("\n").splitlines()]
     if d.conflicts:
         out += ["", _c(L("conflicts"), "yellow", color)]
         out += [f"  {conflict_text(c, lang)}" for c in d.conflicts]
