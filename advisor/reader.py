@@ -108,7 +108,11 @@ def sniff_encoding(head):
             return "utf-16-le"
         if even > len(sample) // 3 and odd < len(sample) // 20:
             return "utf-16-be"
-        raise InputError("input looks like a binary file, not a text log")
+        # A crash often leaves a run of NUL bytes after the text (a preallocated file, a log cut by
+        # a kill): judge the text without them; only a file that is mostly binary is refused.
+        sample = sample.replace(b"\x00", b"")
+        if len(sample) < 64:
+            raise InputError("input looks like a binary file, not a text log")
     controls = len(sample.translate(None, _NOT_CONTROL))
     if sample and controls > len(sample) // 10:
         raise InputError("input looks like a binary file, not a text log")
@@ -132,7 +136,8 @@ def _decoded_chunks(stream):
     decoder = codecs.getincrementaldecoder(sniff_encoding(head))(errors="replace")
     chunk = head
     while chunk:
-        yield decoder.decode(chunk)
+        text = decoder.decode(chunk)
+        yield text.replace("\x00", "") if "\x00" in text else text     # NUL runs: no text in them
         chunk = stream.read(CHUNK)
     tail = decoder.decode(b"", final=True)
     if tail:

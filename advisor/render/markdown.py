@@ -1,37 +1,41 @@
 """Markdown report, ready to paste as an issue reply."""
 
 from ..i18n import label
+from ..safe import md_fence, md_text
 from .text import fact_rows, memory_rows, step_line
 
 
 def render_markdown(d, lang="en"):
     L = lambda k: label(k, lang)  # noqa: E731
-    out = [f"### {L(d.verdict)}: {d.title}", "", d.summary, "",
+    # values from the log and the config are escaped (md_text) or fenced (md_fence): a config value
+    # holding ``` or <img> must not close a block or render as markup in the issue it is pasted into
+    out = [f"### {L(d.verdict)}: {md_text(d.title)}", "", md_text(d.summary), "",
            f"| {L('phase')} | {L('component')} | {L('rule')} |", "|---|---|---|",
            f"| {L(d.phase)} | {L(d.component)} | `{d.rule}` ({d.confidence:.2f}) |", ""]
     if d.explanation:
-        out += [d.explanation, ""]
+        out += [md_text(d.explanation), ""]
     rows = memory_rows(d.memory, lang)
     if rows:
         out += [f"**{L('numbers')}**", "", "| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows] + [""]
     if d.budget:
         from .budget_text import budget_lines
-        out += [f"**{L('budget')}**", "", "```"] + budget_lines(d.budget, lang, d.memory) + ["```", ""]
+        out += [f"**{L('budget')}**", ""] + md_fence("\n".join(budget_lines(d.budget, lang, d.memory))) + [""]
     if d.plan:
         out += [f"**{L('plan')}**", ""]
         for i, step in enumerate(d.plan, 1):
-            out.append(f"{i}. {step_line(step, lang)}" + (f"  \n   {step['why']}" if step.get("why") else ""))
+            out.append(f"{i}. {md_text(step_line(step, lang))}"
+                       + (f"  \n   {md_text(step['why'])}" if step.get("why") else ""))
         out.append("")
     if d.patch:
-        out += [f"**{L('patch')}**", "", "```diff", d.patch.rstrip("\n"), "```", ""]
+        out += [f"**{L('patch')}**", ""] + md_fence(d.patch, "diff") + [""]
     if d.conflicts:
-        out += [f"**{L('conflicts')}**: " + "; ".join(f"{c['fact']} log={c['log']} config={c['config']}"
+        out += [f"**{L('conflicts')}**: " + "; ".join(md_text(f"{c['fact']} log={c['log']} config={c['config']}")
                                                     for c in d.conflicts), ""]
     for note in d.notes:
-        out += [f"> {note}", ""]
-    out += [f"<details><summary>{L('evidence')}</summary>", "", "```"]
-    out += [f"{('~' if e.approximate else '') + str(e.line):>7}: {e.text[:200]}" for e in d.evidence] + ["```", "", "</details>"]
+        out += [f"> {md_text(note)}", ""]
+    evidence = "\n".join(f"{('~' if e.approximate else '') + str(e.line):>7}: {e.text[:200]}" for e in d.evidence)
+    out += [f"<details><summary>{L('evidence')}</summary>", ""] + md_fence(evidence) + ["", "</details>"]
     facts = fact_rows(d.facts)
     if facts:
-        out += ["", f"_{L('facts')}: " + ", ".join(f"{k}={v}" for k, v in facts) + "_"]
+        out += ["", f"_{L('facts')}: " + ", ".join(f"{k}={md_text(v)}" for k, v in facts) + "_"]
     return "\n".join(out) + "\n"
