@@ -86,7 +86,7 @@ def load_config(path):
         raise InputError(f"{path}: expected a mapping of settings at the top level, found {type(data).__name__}")
     try:
         config = Config(p, text, data, fmt)
-    except (AttributeError, TypeError, ValueError) as e:     # a setting of an unexpected shape
+    except (AttributeError, TypeError, ValueError, OverflowError) as e:     # a setting of an unexpected shape
         raise InputError(f"{path}: a setting has an unexpected shape ({type(e).__name__}: {e})".splitlines()[0])
     config.raw, config.encoding = raw, encoding     # the patcher writes back the same bytes and codec
     return config
@@ -147,7 +147,7 @@ def _bool(v):
 def _int(v):
     try:
         return int(float(v))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):     # OverflowError: 1e400 is infinity
         return None
 
 
@@ -159,11 +159,12 @@ def deepspeed_stage(value, base=None):
         conf = value
     else:
         conf = None
+        from .files import read_config_bytes
         for cand in (Path(str(value)), (base or Path(".")) / str(value)):
-            try:
-                conf = json.loads(cand.read_text())
+            try:        # a regular file of sane size: the config may name a FIFO or /dev/zero
+                conf = json.loads(read_config_bytes(str(cand)))
                 break
-            except (OSError, ValueError):
+            except (InputError, ValueError, RecursionError):
                 continue
     if isinstance(conf, dict):
         zero = conf.get("zero_optimization") or {}

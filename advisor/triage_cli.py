@@ -250,6 +250,11 @@ def render_table(r):
     return "\n".join(out).rstrip("\n") + "\n"
 
 
+def _cell(text):
+    """A table cell: GFM splits cells at '|' even inside a code span, unless it is escaped."""
+    return text.replace("|", "\\|")
+
+
 def render_markdown(r):
     """Paths arrive as code spans (see _named); other outside text is escaped here."""
     from .safe import md_text
@@ -260,7 +265,7 @@ def render_markdown(r):
     for i, g in enumerate(r["groups"], 1):
         out.append(f"| {i} | `{g['id']}` | {g['count']} | {g['share']:.1%} | {g['verdict']} | {g['rule']} | "
                    f"{g['phase']} | {g['component']} | {_gib(g['memory']['total_gib'])} | "
-                   f"{_gib(g['memory']['tried_gib'])} | {g['representative']} |")
+                   f"{_gib(g['memory']['tried_gib'])} | {_cell(g['representative'])} |")
     for i, g in enumerate(r["groups"], 1):
         out += ["", f"## {i}. {md_text(g['title'])} (`{g['id']}`, {g['count']})", "",
                 f"First {g['first']}, last {g['last']}. Grouped: {md_text(g['reason'])}", "", "> " + md_text(g["reply"])]

@@ -417,3 +417,16 @@ def test_odd_json_shapes_get_a_plain_error(cli, pair, name, content, args):
     (pair / name).write_text(content)
     rc, _, err = cli(*args)
     assert rc == 2 and one_line(err) and "internal error" not in err, err
+
+
+def test_a_deepspeed_path_in_the_config_is_read_only_if_regular(pair):
+    os.mkfifo(pair / "ds.json")
+    (pair / "cfg.yaml").write_bytes(CFG + b"deepspeed: ds.json\n")
+    p = subprocess_cli("diagnose", "train.log", "--config", "cfg.yaml", "--format", "json", cwd=pair)
+    assert p.returncode == 1 and json.loads(p.stdout)["verdict"] == "device_oom"
+
+
+def test_an_infinite_number_in_the_config_is_ignored_not_a_crash(cli, pair):
+    (pair / "cfg.yaml").write_bytes(CFG.replace(b"lora_r: 16", b"lora_r: 1e400"))
+    rc, _, err = cli("diagnose", "train.log", "--config", "cfg.yaml")
+    assert rc == 1 and "internal error" not in err
