@@ -56,12 +56,13 @@ def inert_coloured(text):
     return "".join(out)
 
 
-_JSON_UNSAFE = re.compile(f"[\x7f-\x9f{_BIDI}]")
+_JSON_UNSAFE = re.compile(f"[\x7f-\x9f\ud800-\udfff{_BIDI}]")
 
 
 def inert_json(text):
     """A JSON document with C1, DEL and bidi characters written as \\u escapes: the same data to a
-    parser, inert on a terminal (json.dumps already escapes C0)."""
+    parser, inert on a terminal (json.dumps already escapes C0). A lone surrogate (a file name's
+    byte that is not UTF-8) becomes an escape too, never a raw byte such as 0x9b (CSI)."""
     return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
 
 
