@@ -5,7 +5,6 @@ Everything here fails with an InputError (one line, exit 2) and leaves no tempor
 """
 
 import codecs
-import errno
 import os
 import stat
 import tempfile
@@ -41,9 +40,7 @@ def why_not_regular(mode, what="config file"):
 
 
 def os_error(path, e, what="file"):
-    """One line for an OSError on `path`, naming a symlink loop as such."""
-    if e.errno == errno.ELOOP:
-        return InputError(f"{path}: a symlink loop (too many levels of symbolic links)")
+    """One line for an OSError on `path` (a symlink loop is named as such)."""
     from .reader import input_error
     return input_error(path, e, what)
 

@@ -9,6 +9,7 @@ number of the physical line it started on, so evidence can point back into the u
 """
 
 import codecs
+import errno
 import os
 import re
 import stat
@@ -88,6 +89,8 @@ def input_error(path, error, what="file"):
         return InputError(f"{path}: no such {what}")
     if isinstance(error, PermissionError):
         return InputError(f"{path}: permission denied")
+    if getattr(error, "errno", None) == errno.ELOOP:
+        return InputError(f"{path}: a symlink loop (too many levels of symbolic links)")
     return InputError(f"{path}: cannot read ({error.strerror or error})")
 
 

@@ -130,6 +130,16 @@ def test_write_keeps_hard_links(cli, pair):
     assert (pair / "cfg.yaml.bak").read_bytes() == CFG
 
 
+def test_write_in_place_when_a_new_file_could_not_keep_the_owner(cli, pair, monkeypatch):
+    import advisor.patch
+    monkeypatch.setattr(advisor.patch, "_can_keep_owner", lambda st: False)     # not root, someone else's file
+    inode = (pair / "cfg.yaml").stat().st_ino
+    rc, _, _ = cli("diagnose", "train.log", "--config", "cfg.yaml", "--write")
+    assert rc == 1 and PATCHED in (pair / "cfg.yaml").read_bytes()
+    assert (pair / "cfg.yaml").stat().st_ino == inode and (pair / "cfg.yaml.bak").read_bytes() == CFG
+    assert sorted(os.listdir(pair)) == ["cfg.yaml", "cfg.yaml.bak", "train.log"]
+
+
 @pytest.mark.parametrize("absolute", [False, True])
 def test_write_through_a_symlink_patches_the_target(cli, pair, absolute):
     (pair / "elsewhere").mkdir()
