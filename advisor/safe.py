@@ -84,12 +84,15 @@ def md_code(text):
     return f"{tick}{pad}{text}{pad}{tick}"
 
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>()#+!|~&])")
+# What can start markup inside a line: links and images ([ ]), HTML and autolinks (< >), entities
+# (&#x202e; would render a bidi override), code spans, emphasis, strikethrough, table cells. An
+# underscore inside a word is no emphasis in GFM (reduce_batch stays readable).
+_MD_SPECIAL = re.compile(r"([\\`*\[\]<>|~&]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
 
 
 def md_text(text):
-    """Outside text in running markdown: punctuation that could start markup is backslash-escaped
-    (a value cannot open a link, an image, an HTML tag or a table cell)."""
+    """Outside text in running markdown, backslash-escaped where it could start markup: a value
+    cannot open a link, an image, an HTML tag or a table cell."""
     return _MD_SPECIAL.sub(r"\\\1", inert_name(text))
 
 
