@@ -492,17 +492,23 @@ def make_safety_case(i, seed, corpus):
     return k, f"config({'keep' if make is _preserving else 'shape'}:{kind}){path.suffix}", data, False
 
 
-_TMP = []
+TMP_ROOT = None     # set by fuzz() before the workers fork; it removes the folder at the end, even
+_TMP = []           # when a worker was killed (a forked worker never runs atexit handlers)
 
 
 def _tmpdir():
+    """A folder of this process's own for the config files of safety cases."""
     if not _TMP:
-        import atexit
-        import shutil
         import tempfile
-        _TMP.append(tempfile.mkdtemp(prefix="oomdoc-fuzz-"))
-        atexit.register(shutil.rmtree, _TMP[0], True)
-    return Path(_TMP[0])
+        if TMP_ROOT:
+            _TMP.append(Path(TMP_ROOT) / str(os.getpid()))
+            _TMP[0].mkdir(exist_ok=True)
+        else:                               # --case in the main process
+            import atexit
+            import shutil
+            _TMP.append(Path(tempfile.mkdtemp(prefix="oomdoc-fuzz-")))
+            atexit.register(shutil.rmtree, _TMP[0], True)
+    return _TMP[0]
 
 
 def _leaks(d):
@@ -761,12 +767,17 @@ def fuzz(n=100_000, seconds=None, jobs=2, seed=0, timeout=5.0, mem_limit=4 << 30
     for (name, _, _), base in zip(corpus, baselines):
         if isinstance(base, str):                   # an original log refused or crashing
             examples["original"].append(f"{name}: {base}")
+    global TMP_ROOT
+    import shutil
+    import tempfile
+    TMP_ROOT = tempfile.mkdtemp(prefix="oomdoc-fuzz-")
     pool = Pool(jobs, seed, timeout, mem_limit, corpus, baselines)
     deadline = t0 + seconds if seconds else None
     try:
         pool.run(range(n), on_result, deadline)
     finally:
         pool.close()
+        shutil.rmtree(TMP_ROOT, ignore_errors=True)
     elapsed = time.monotonic() - t0
     return {
         "total": done[0], "crashed": counts["crash"], "hung": counts["hung"], "changed": counts["changed"],
