@@ -94,12 +94,14 @@ def parse_params(text):
 
 
 def shape_from_config_json(path):
+    from .files import read_config_bytes
+    raw = read_config_bytes(path)           # a regular file of sane size (a FIFO would block)
     try:
-        conf = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file")
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: not a readable config.json ({e})")
+        conf = json.loads(raw.decode("utf-8-sig"))
+    except (ValueError, RecursionError) as e:
+        raise InputError(f"{path}: not a readable config.json ({type(e).__name__}: {e})".splitlines()[0])
+    if not isinstance(conf, dict):
+        raise InputError(f"{path}: a model's config.json is an object of settings, not a {type(conf).__name__}")
     if isinstance(conf.get("text_config"), dict):
         conf = {**conf, **conf["text_config"]}
     g = lambda *keys: next((conf[k] for k in keys if conf.get(k) is not None), None)  # noqa: E731
@@ -116,8 +118,16 @@ def shape_from_config_json(path):
                      moe_intermediate=g("moe_intermediate_size"))
         shape["intermediate"] = int(g("intermediate_size", "ffn_hidden_size", "n_inner") or 4 * shape["hidden"])
         shape["kv_heads"] = int(g("num_key_value_heads", "multi_query_group_num") or shape["heads"])
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise InputError(f"{path}: config.json lacks num_hidden_layers / hidden_size / num_attention_heads")
+    for k in ("head_dim", "experts", "experts_per_token", "moe_intermediate"):
+        v = shape.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+            raise InputError(f"{path}: config.json gives {k} as {v!r}; expected a positive whole number")
+    # the budget divides by these: a zero or negative one is a broken file, said as such
+    bad = [k for k in ("layers", "hidden", "heads", "vocab", "intermediate", "kv_heads") if shape[k] <= 0]
+    if bad:
+        raise InputError(f"{path}: config.json gives {', '.join(bad)} as zero or less; not a model's shape")
     partial = ModelShape(params_b=1.0, **shape)
     return partial.model_copy(update={"params_b": count_params(partial) / 1e9})
 

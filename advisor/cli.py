@@ -27,9 +27,19 @@ def use_color(stream=None):
     return "NO_COLOR" not in os.environ and hasattr(stream, "isatty") and stream.isatty()
 
 
+def check_gpu(gpu):
+    """--gpu 0GiB names no card: a usage error, not a budget that 'fits' nothing (catalog.find_gpu
+    reads the same size spellings)."""
+    import re
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(?:gib|gb|g)?\s*", str(gpu or "").lower())
+    if m and float(m.group(1)) <= 0:
+        fail(f"--gpu {gpu}: a card needs some memory; give a name (4090, A100-80G) or a size (24GiB)")
+
+
 def fail(message):
-    """One clear line on stderr and exit 2."""
-    click.echo(f"oom-doctor: {message}", err=True)
+    """One clear line on stderr and exit 2 (a file name in it may hold anything: made inert)."""
+    from .safe import inert_name
+    click.echo(f"oom-doctor: {inert_name(message)}", err=True)
     sys.exit(EXIT_USAGE)
 
 
@@ -74,14 +84,18 @@ def diagnose(log, config_path, gpu, model, params, fmt, lang, write, output, ope
     from .pipeline import diagnose_path
     from .render import render
     lang = lang or default_lang()
+    check_gpu(gpu)
     if write and not config_path:
         fail("--write needs --config FILE (the file to patch)")
+    from .files import refuse_input_as_output
+    refuse_input_as_output(output, [log, config_path], "the patched config" if write else "the report")
     fmt = _open_format(fmt, open_)
     d = diagnose_path(log, config_path=config_path, lang=lang, gpu=gpu, model=model, params=params)
     if write:
         from .patch import write_patched
-        message = write_patched(d, config_path, output)
-        click.echo(message, err=True)
+        from .safe import inert_name
+        message = write_patched(d, config_path, output, log_path=log)
+        click.echo(inert_name(message), err=True)
         output = None
     output = _open_target(output, open_)
     _emit(render(d, fmt, lang, color=use_color() and not output), output)
@@ -124,6 +138,9 @@ def budget(model, model_config, params, method, precision, quant_bits, batch, se
     from .runspec import spec_from_facts
     lang = lang or default_lang()
     fmt = _open_format(fmt, open_)
+    check_gpu(gpu)
+    from .files import refuse_input_as_output
+    refuse_input_as_output(output, [config_path, model_config])
     facts = {}
     if config_path:
         from .config import load_config
@@ -148,15 +165,16 @@ def budget(model, model_config, params, method, precision, quant_bits, batch, se
         spec = spec.model_copy(update={"fsdp": ""})
     result = estimate(spec)
     result.assumptions = notes + result.assumptions
+    from . import safe
     if fmt == "json":
         import json
-        text = json.dumps(result.to_json_dict(), ensure_ascii=False, indent=2) + "\n"
+        text = safe.inert_json(json.dumps(result.to_json_dict(), ensure_ascii=False, indent=2)) + "\n"
     elif fmt == "html":
         from .render.html import render_budget_html
-        text = render_budget_html(result, spec, lang)
+        text = safe.inert(render_budget_html(result, spec, lang))
     else:
         from .render.budget_text import render_budget_text
-        text = render_budget_text(result, lang, fmt)
+        text = safe.inert(render_budget_text(result, lang, fmt))
     output = _open_target(output, open_)
     _emit(text, output)
     _open_report(output, open_)
@@ -201,11 +219,8 @@ def explain(rule_id, lang):
 
 def _emit(text, output):
     if output:
-        try:
-            with open(output, "w", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError as e:
-            fail(f"{output}: cannot write ({e.strerror or e})")
+        from .files import write_output
+        write_output(output, text)      # a temporary file and a rename: never a truncated report
     else:
         click.echo(text, nl=not text.endswith("\n"))
 
@@ -237,6 +252,11 @@ def _open_report(output, open_):
         click.echo(f"oom-doctor: opened {output}", err=True)
 
 
+def debug_on():
+    """OOM_DOCTOR_DEBUG=1 (or yes/true/on) shows tracebacks; 0, no, false, off and empty do not."""
+    return os.environ.get("OOM_DOCTOR_DEBUG", "").strip().lower() not in ("", "0", "no", "false", "off")
+
+
 def main(argv=None):
     from .reader import InputError
     try:
@@ -257,7 +277,7 @@ def main(argv=None):
     except SystemExit:
         raise
     except Exception as e:  # never a traceback for the user; OOM_DOCTOR_DEBUG=1 shows it
-        if os.environ.get("OOM_DOCTOR_DEBUG"):
+        if debug_on():
             raise
         fail(f"internal error: {type(e).__name__}: {e} (set OOM_DOCTOR_DEBUG=1 for details)")
 

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from . import dialects as D
-from .reader import InputError, input_error
+from .reader import InputError
 from .timeline import Facts
 
 # knob -> Facts field it fills; the keys themselves are per dialect in advisor/data/dialects.yaml
@@ -61,34 +61,56 @@ def detect_dialect(data):
 
 
 def load_config(path):
+    from .files import decode_config, read_config_bytes
     p = Path(path)
-    try:
-        if p.is_dir():
-            raise IsADirectoryError(path)
-        raw = p.read_bytes()
-    except OSError as e:
-        raise input_error(path, e, "config file") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        text = raw.decode("gb18030", errors="replace")
+    raw = read_config_bytes(path)           # a regular file of sane size, or one clear line
+    text, encoding = decode_config(raw, path)
     stripped = text.lstrip()
     if p.suffix.lower() in _COMMAND_SUFFIXES or _looks_like_command(stripped):
         config = _command_config(p, text, quiet=p.suffix.lower() == ".txt")
-        if config is not None:
-            return config                      # a .txt without a launch command is read as YAML/JSON
+        if config is not None:                 # a .txt without a launch command is read as YAML/JSON
+            config.raw, config.encoding = raw, encoding
+            return config
     if p.suffix.lower() == ".json" or stripped.startswith("{"):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{path}: invalid JSON at line {e.lineno}: {e.msg}")
+        data = _load_json(text, path)
         fmt = "json"
     else:
         data = _load_yaml(text, path)
         fmt = "yaml"
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a mapping of settings at the top level, found {type(data).__name__}")
-    return Config(p, text, data, fmt)
+    try:
+        config = Config(p, text, data, fmt)
+    except (AttributeError, TypeError, ValueError, OverflowError) as e:     # a setting of an unexpected shape
+        raise InputError(f"{path}: a setting has an unexpected shape ({type(e).__name__}: {e})".splitlines()[0])
+    config.raw, config.encoding = raw, encoding     # the patcher writes back the same bytes and codec
+    return config
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_pairs(pairs):
+    """JSON allows a key twice and keeps the last; a config that says two things is refused instead
+    (as duplicate YAML keys are): the patch would silently drop one."""
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _load_json(text, path):
+    try:
+        return json.loads(text, object_pairs_hook=_unique_pairs)
+    except _DuplicateKey as e:
+        raise InputError(f"{path}: the key {e.args[0]!r} appears twice in the JSON; keep one")
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: invalid JSON at line {e.lineno}: {e.msg}")
+    except RecursionError:
+        raise InputError(f"{path}: JSON nested too deeply to be a training config")
 
 
 _COMMAND_SUFFIXES = (".sh", ".bash", ".txt", ".cmd")
@@ -156,6 +178,8 @@ def _load_yaml(text, path):
         where = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise InputError(f"{path}: invalid YAML{where}: {problem}")
+    except RecursionError:
+        raise InputError(f"{path}: YAML nested too deeply to be a training config")
     except Exception as e:  # ruamel raises other types for duplicate keys and odd constructs
         raise InputError(f"{path}: invalid YAML: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
 
@@ -173,7 +197,7 @@ def _bool(v):
 def _int(v):
     try:
         return int(float(v))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):     # OverflowError: 1e400 is infinity
         return None
 
 
@@ -185,11 +209,12 @@ def deepspeed_stage(value, base=None):
         conf = value
     else:
         conf = None
+        from .files import read_config_bytes
         for cand in (Path(str(value)), (base or Path(".")) / str(value)):
-            try:
-                conf = json.loads(cand.read_text())
+            try:        # a regular file of sane size: the config may name a FIFO or /dev/zero
+                conf = json.loads(read_config_bytes(str(cand)))
                 break
-            except (OSError, ValueError):
+            except (InputError, ValueError, RecursionError):
                 continue
     if isinstance(conf, dict):
         zero = conf.get("zero_optimization") or {}

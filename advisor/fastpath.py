@@ -155,6 +155,9 @@ def _parse_windows(mm, source, head, region_max, window):
     for (start, end), block in zip(spans, blocks):
         if start > 0:       # estimated: bytes since the head over the average line length
             line_no = max(line_no, head_lines + 1 + int((start - exact_end) / bytes_per_line))
+        if start > 0 and not block.strip(b"\x00\r\n "):    # a crash's NUL tail: nothing to read
+            line_no += block.count(b"\n")
+            continue
         for line in logical_lines(io.BytesIO(block), start_no=line_no):
             parser.feed(line)
         line_no += block.count(b"\n")

@@ -8,14 +8,14 @@ same plan to the patched file changes nothing.
 """
 
 import difflib
+import glob
 import io
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 
-from .dialects import set_path
+from .dialects import MISSING, get_path, set_path
 from .reader import InputError
 
 # where a missing key belongs: after the first of these that the file has
@@ -89,9 +89,22 @@ def _yaml_scalar(value):
 
 
 def patched_text(config, changes):
+    """The config's text with `changes` applied. Only the changed lines are edited (untouched lines
+    stay byte for byte: `[a,b]`, `~`, `2.0e-5`, CRLF); the round-trip dump is the reference for
+    what the file must mean, and the answer whenever a line edit cannot express the change. A command
+    line is patched in its own text."""
     if config.format == "cmdline":
         from .cmdline import patched
-        return patched(config.command, changes)
+        text = patched(config.command, changes)
+        return re.sub(r"(?<!\r)\n", "\r\n", text) if "\r\n" in config.text else text
+    reference = _dumped_text(config, changes)
+    edited = _edited_text(config, changes)
+    if edited is not None and _same_meaning(edited, reference, config.format):
+        return edited
+    return reference
+
+
+def _dumped_text(config, changes):
     if config.format == "json":
         data = json.loads(config.text)     # a fresh copy: nested sections are edited in place
         for key, (_, new) in changes.items():
@@ -109,6 +122,183 @@ def patched_text(config, changes):
     out = io.StringIO()
     yaml.dump(data, out)
     return out.getvalue()
+
+
+# ---- line edits ---------------------------------------------------------------------------------
+def _edited_text(config, changes):
+    """Edit the lines of the changed keys in place; None when a change needs more than a line edit
+    (a block value, a nested key, a one-line JSON document)."""
+    lines = config.text.splitlines(keepends=True)
+    newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
+    edit = _json_line if config.format == "json" else _yaml_line
+    for key, (_, new) in changes.items():
+        old = get_path(config.data, key)
+        old = _MISSING if old is MISSING else old
+        if old is not _MISSING and old == new and isinstance(old, bool) == isinstance(new, bool):
+            continue                        # already so: the line stays as the user wrote it
+        i = _key_line(lines, key, config.format)
+        if i is not None:
+            line = edit(lines[i], key, new)
+            if line is None:
+                return None
+            lines[i] = line
+        elif not _insert_line(lines, key, new, config, newline):
+            return None
+    return "".join(lines)
+
+
+_MISSING = object()
+
+
+def _key_line(lines, key, fmt):
+    """Index of the line that sets `key` (JSON: a top-level member; YAML: a top-level key, or a
+    dotted path `fsdp_config.fsdp_activation_checkpointing` followed down its indented blocks)."""
+    if fmt == "json":
+        rx = re.compile(rf'^ {{{_json_indent("".join(lines))}}}"{re.escape(key)}"\s*:')
+        hits = [i for i, ln in enumerate(lines) if rx.match(ln)]
+        return hits[0] if len(hits) == 1 else None
+    parts = [key] if "." not in key or _yaml_key_at(lines, key, "", 0, len(lines)) is not None else key.split(".")
+    lo, hi, indent, found = 0, len(lines), "", None
+    for part in parts:
+        found = _yaml_key_at(lines, part, indent, lo, hi)
+        if found is None:
+            return None
+        lo, hi = found + 1, _block_end(lines, found, indent)
+        indent = _child_indent(lines, lo, hi)
+    return found
+
+
+def _yaml_key_at(lines, key, indent, lo, hi):
+    k = re.escape(key)
+    rx = re.compile(rf"""^{re.escape(indent)}(?:{k}|"{k}"|'{k}')[ \t]*:(?:[ \t]|\r?\n|$)""")
+    hits = [i for i in range(lo, hi) if rx.match(lines[i])]
+    return hits[0] if len(hits) == 1 else None
+
+
+def _indent_of(line):
+    return line[:len(line) - len(line.lstrip(" "))]
+
+
+def _block_end(lines, start, indent):
+    """The line after the block of the key at `start` (lines indented deeper, blanks, comments)."""
+    for i in range(start + 1, len(lines)):
+        text = lines[i].strip()
+        if text and not text.startswith("#") and len(_indent_of(lines[i])) <= len(indent):
+            return i
+    return len(lines)
+
+
+def _child_indent(lines, lo, hi):
+    return next((_indent_of(lines[i]) for i in range(lo, hi)
+                 if lines[i].strip() and not lines[i].lstrip().startswith("#")), None) or " " * 999
+
+
+_YAML_LINE = re.compile(r"""^(?P<head>[^:#]*?:[ \t]*)(?P<value>"(?:[^"\\]|\\.)*"|'(?:[^']|'')*'|[^\s#'"\[\]{}|>&*!%@`][^#\r\n]*?)"""
+                        r"(?P<gap>[ \t]*)(?P<comment>#[^\r\n]*)?(?P<end>\r?\n)?$")
+
+
+def _yaml_line(line, key, new):
+    m = _YAML_LINE.match(line)
+    text = _yaml_token(new, m.group("value") if m else "")
+    if m is None or text is None:
+        return None
+    return m.group("head") + text + _gap(m, text) + (m.group("comment") or "") + (m.group("end") or "")
+
+
+def _gap(m, text):
+    """Keep a trailing comment at its column where the new value leaves room (as ruamel does)."""
+    if not m.group("comment"):
+        return ""
+    return " " * max(1, len(m.group("gap")) - (len(text) - len(m.group("value"))))
+
+
+def _yaml_token(value, old):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if not isinstance(value, str):
+        return None
+    if old[:1] == "'":
+        return "'" + value.replace("'", "''") + "'"
+    if old[:1] == '"' or not re.fullmatch(r"[A-Za-z0-9_./][\w./+-]*", value):
+        return json.dumps(value, ensure_ascii=False)
+    return value
+
+
+_JSON_LINE = re.compile(r'^(?P<head>\s*"(?:[^"\\]|\\.)*"\s*:\s*)'
+                        r'(?P<value>"(?:[^"\\]|\\.)*"|-?[\d.eE+-]+|true|false|null)(?P<tail>\s*,?\s*)$')
+
+
+def _json_line(line, key, new):
+    m = _JSON_LINE.match(line)
+    if m is None or isinstance(new, (list, dict)):
+        return None
+    return m.group("head") + json.dumps(new, ensure_ascii=False) + m.group("tail")
+
+
+def _insert_line(lines, key, value, config, newline):
+    """A missing key: YAML puts it after its related key's value (its block, not the comments and
+    blank lines after it, which belong to what follows); JSON appends it as the last member."""
+    if config.format == "json":
+        return _insert_json(lines, key, value, newline)
+    token = _yaml_token(value, "")
+    if token is None:
+        return False
+    anchor = next((k for k in RELATED.get(key, []) if k in config.data), None)
+    if anchor is not None:
+        start = _key_line(lines, anchor, "yaml")
+        if start is None:
+            return False
+    else:
+        start = max((i for i, ln in enumerate(lines) if ln.strip() and not ln.lstrip().startswith("#")), default=None)
+        if start is None:
+            return False
+    end = start
+    for j in range(start + 1, len(lines)):
+        ln = lines[j]
+        if not ln.strip() or ln.lstrip().startswith("#"):
+            continue
+        if ln[:1] in " \t-":
+            end = j
+            continue
+        break
+    if not lines[end].endswith("\n"):
+        lines[end] += newline
+    lines.insert(end + 1, f"{key}: {token}{newline}")
+    return True
+
+
+def _insert_json(lines, key, value, newline):
+    close = max((i for i, ln in enumerate(lines) if ln.strip()), default=None)
+    if close is None or lines[close].strip() != "}" or close == 0:
+        return False
+    last = max((i for i in range(close) if lines[i].strip()), default=None)
+    m = _JSON_LINE.match(lines[last]) if last is not None else None
+    if m is None or m.group("tail").strip():
+        return False                        # the last member is not a one-line scalar
+    ending = lines[last][len(lines[last].rstrip("\r\n")):] or newline
+    sep = re.search(r'"\s*:\s*', m.group("head")).group(0)[1:]
+    indent = m.group("head")[:len(m.group("head")) - len(m.group("head").lstrip())]
+    lines[last] = lines[last].rstrip("\r\n") + "," + ending
+    lines.insert(last + 1, f"{indent}{json.dumps(key)}{sep}{json.dumps(value, ensure_ascii=False)}{ending}")
+    return True
+
+
+def _same_meaning(edited, reference, fmt):
+    """Both texts load to the same settings, in the same order: the line edit is the dump, minus
+    the reformatting."""
+    try:
+        if fmt == "json":
+            a, b = json.loads(edited), json.loads(reference)
+        else:
+            from ruamel.yaml import YAML
+            a, b = YAML(typ="safe", pure=True).load(edited), YAML(typ="safe", pure=True).load(reference)
+    except Exception:                       # the edit broke the file: use the dump
+        return False
+    return isinstance(a, dict) and a == b and list(a) == list(b)
 
 
 def _list_indent(text):
@@ -168,15 +358,18 @@ def unified_diff(config, new_text):
     return out
 
 
-def write_patched(diagnosis, config_path, output=None):
+def write_patched(diagnosis, config_path, output=None, log_path=None):
     """Apply the patch: to OUTPUT if given, else in place after writing a backup. Returns a message."""
     from .config import load_config
+    from .files import encode_config, write_output
     config = load_config(config_path)
+    if not output:
+        _refuse_second_patch(config_path, config.raw, log_path)
     changes = applied_changes(diagnosis.plan)
     if config.dialect == "unknown":
         raise InputError(f"{config_path}: not a LLaMA-Factory, HF/TRL, axolotl, DeepSpeed, accelerate, ms-swift, "
                          f"torchtune, verl or vLLM config; nothing written")
-    if config.format == "yaml" and re.search(r"(?m)^\s*<<\s*:|(?:^|[\s:\[,-])[&*][A-Za-z_][\w-]*", config.text):
+    if config.format == "yaml" and uses_anchors(config.text):
         raise InputError(f"{config_path}: uses YAML anchors/aliases or merge keys, which a rewrite could break; "
                          f"nothing written — apply the printed diff by hand")
     if not changes:
@@ -184,37 +377,84 @@ def write_patched(diagnosis, config_path, output=None):
     new_text = patched_text(config, changes)
     if new_text == config.text:
         return f"oom-doctor: {config_path} already has these settings; nothing written"
+    data = encode_config(new_text, config.encoding, config_path)    # its own encoding, BOM and line ends
     if output:
-        _atomic_write(Path(output), new_text)
+        write_output(output, data)
         return f"oom-doctor: wrote the patched config to {output}"
-    target = Path(config_path)
-    if not os.access(target, os.W_OK) or not os.access(target.parent, os.W_OK):
+    return _patch_in_place(config_path, data, config.raw)
+
+
+def _refuse_second_patch(config_path, raw, log_path):
+    """A log shows the run of the config as it was then. When --write already patched the config
+    after this log was written (its newest backup is younger than the log and differs from the
+    file), a second plan from the same log would stack changes on evidence that no longer applies:
+    refused until the patched config has run and left a new log."""
+    if not log_path or log_path == "-":
+        return
+    target = Path(os.path.realpath(config_path))
+    backups = [b for b in target.parent.glob(glob.escape(target.name) + ".bak*")
+               if re.fullmatch(r"\.bak(\.\d+)?", b.name[len(target.name):]) and b.is_file()]
+    if not backups:
+        return
+    newest = max(backups, key=lambda b: b.stat().st_mtime)
+    try:
+        if newest.stat().st_mtime < os.stat(log_path).st_mtime or newest.read_bytes() == raw:
+            return
+    except OSError:
+        return
+    raise InputError(f"{config_path}: already patched after this log was written (backup: {newest.name}); "
+                     f"run the training again and diagnose its new log; nothing written")
+
+
+def uses_anchors(text):
+    """Anchors, aliases and merge keys as the YAML parser sees them (any name: `&1`, `&é`, and a
+    `<<` inside a flow mapping), not as a pattern guesses them."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.events import AliasEvent, NodeEvent, ScalarEvent
+    try:
+        for ev in YAML(typ="rt").parse(text):
+            if isinstance(ev, AliasEvent) or (isinstance(ev, NodeEvent) and getattr(ev, "anchor", None)):
+                return True
+            if isinstance(ev, ScalarEvent) and (ev.tag == "tag:yaml.org,2002:merge"
+                                                or (ev.value == "<<" and ev.style is None)):
+                return True
+    except Exception:           # it loaded a moment ago; a parser that disagrees means: do not touch
+        return True
+    return False
+
+
+def _patch_in_place(config_path, data, original):
+    """Back up, then write. A symlink is followed (its target is patched, the link stays). The new
+    file keeps the original's mode, owner and group; a file with other hard links, or one whose
+    owner could not be kept on a new file, is rewritten in place so every name sees the patch."""
+    from .files import atomic_write, write_in_place
+    target = os.path.realpath(config_path)
+    st = os.stat(target)
+    if not os.access(target, os.W_OK) or not os.access(os.path.dirname(target), os.W_OK):
         raise InputError(f"{config_path}: not writable; nothing changed (use -o OUT to write elsewhere)")
-    backup = _free_backup_name(target)
-    _atomic_write(backup, target.read_bytes())
-    _atomic_write(target, new_text)
-    return f"oom-doctor: patched {config_path} (backup: {backup})"
+    backup = _free_backup_name(Path(target))
+    atomic_write(str(backup), original, like=st)
+    if st.st_nlink > 1 or not _can_keep_owner(st):
+        write_in_place(target, data, original)
+    else:
+        atomic_write(target, data, like=st)
+    via = f" (a link to {target})" if os.path.islink(config_path) else ""
+    shown_backup = backup if via else Path(config_path).with_name(backup.name)
+    return f"oom-doctor: patched {config_path}{via} (backup: {shown_backup})"
+
+
+def _can_keep_owner(st):
+    """A new file is ours; only root can give it to another user, others only to a group of theirs."""
+    if os.geteuid() == 0:
+        return True
+    return st.st_uid == os.geteuid() and st.st_gid in set(os.getgroups()) | {os.getegid()}
 
 
 def _free_backup_name(target):
     """FILE.bak, or FILE.bak.1, .2 … when an older backup exists: never overwrite one silently."""
     cand = target.with_name(target.name + ".bak")
     n = 1
-    while cand.exists():
+    while os.path.lexists(cand):
         cand = target.with_name(f"{target.name}.bak.{n}")
         n += 1
     return cand
-
-
-def _atomic_write(path, content):
-    """Write to a temporary file beside `path`, then rename: a crash mid-write loses nothing."""
-    data = content.encode("utf-8") if isinstance(content, str) else content
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent or Path(".")))
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o7777)
-        os.replace(tmp, path)
-    except OSError as e:
-        raise InputError(f"{path}: cannot write ({e.strerror or e}); the original is unchanged")

@@ -9,6 +9,7 @@ number of the physical line it started on, so evidence can point back into the u
 """
 
 import codecs
+import errno
 import os
 import re
 import stat
@@ -88,6 +89,8 @@ def input_error(path, error, what="file"):
         return InputError(f"{path}: no such {what}")
     if isinstance(error, PermissionError):
         return InputError(f"{path}: permission denied")
+    if getattr(error, "errno", None) == errno.ELOOP:
+        return InputError(f"{path}: a symlink loop (too many levels of symbolic links)")
     return InputError(f"{path}: cannot read ({error.strerror or error})")
 
 
@@ -108,7 +111,11 @@ def sniff_encoding(head):
             return "utf-16-le"
         if even > len(sample) // 3 and odd < len(sample) // 20:
             return "utf-16-be"
-        raise InputError("input looks like a binary file, not a text log")
+        # A crash often leaves a run of NUL bytes after the text (a preallocated file, a log cut by
+        # a kill): judge the text without them; only a file that is mostly binary is refused.
+        sample = sample.replace(b"\x00", b"")
+        if len(sample) < 64:
+            raise InputError("input looks like a binary file, not a text log")
     controls = len(sample.translate(None, _NOT_CONTROL))
     if sample and controls > len(sample) // 10:
         raise InputError("input looks like a binary file, not a text log")
@@ -132,7 +139,8 @@ def _decoded_chunks(stream):
     decoder = codecs.getincrementaldecoder(sniff_encoding(head))(errors="replace")
     chunk = head
     while chunk:
-        yield decoder.decode(chunk)
+        text = decoder.decode(chunk)
+        yield text.replace("\x00", "") if "\x00" in text else text     # NUL runs: no text in them
         chunk = stream.read(CHUNK)
     tail = decoder.decode(b"", final=True)
     if tail:

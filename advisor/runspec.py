@@ -152,11 +152,12 @@ def sharding_facts(config):
     ds = data.get("deepspeed")
     conf = ds if isinstance(ds, dict) else None
     if conf is None and ds:
+        from .files import read_config_bytes
         for cand in (Path(str(ds)), Path(config.path).parent / str(ds)):
-            try:
-                conf = json.loads(cand.read_text())
+            try:        # a regular file of sane size: the config may name a FIFO or /dev/zero
+                conf = json.loads(read_config_bytes(str(cand)))
                 break
-            except (OSError, ValueError):
+            except (InputError, ValueError, RecursionError):
                 continue
     if isinstance(conf, dict):
         out["deepspeed_buckets"] = deepspeed_buckets(conf)

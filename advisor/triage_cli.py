@@ -9,6 +9,7 @@ shows an OOM, else 0; 2 when no path matched, or no file could be read at all.
 import contextlib
 import glob
 import os
+import stat
 import sys
 
 import click
@@ -20,9 +21,20 @@ _FACT_KEYS = ("framework", "model", "step")
 _MEM_KEYS = ("total_gib", "tried_gib", "reserved_unallocated_gib", "allocated_by_pytorch_gib")
 
 
+def _regular(path):
+    """Only regular files are opened: a FIFO blocks the open until a writer comes, a device may never
+    end. (A broken link or a loop is not regular either: its error is reported when diagnosed.)"""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _looks_like_text(path):
     """A file without a suffix joins when its first 4 KB decode as text (the reader's own sniff)."""
     from .reader import InputError, sniff_encoding
+    if not _regular(path):
+        return False
     try:
         with open(path, "rb") as fh:
             sniff_encoding(fh.read(4096))
@@ -92,12 +104,18 @@ def _diagnose_one(path, lang):
     from .pipeline import diagnose_path
     from .reader import InputError
     from .triage import signature
+    from .files import os_error, why_not_regular
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return None, _without_path(str(os_error(path, e)), path)
+    if not stat.S_ISREG(st.st_mode):
+        return None, why_not_regular(st.st_mode, "log file") + "; skipped"
     try:
         # No plan here: it costs ~7 % of a diagnosis and only the representatives' plans are shown.
         d = diagnose_path(path, lang=lang, with_plan=False).to_json_dict()
     except InputError as e:
-        msg = str(e)
-        return None, msg[len(path) + 2:] if msg.startswith(path + ": ") else msg
+        return None, _without_path(str(e), path)
     except Exception as e:          # a crash on one file must not lose the other 9 999
         return None, f"internal error: {type(e).__name__}: {e}".splitlines()[0]
     slim = {k: d[k] for k in ("verdict", "accelerator", "phase", "component", "confidence", "rule",
@@ -111,6 +129,10 @@ def _diagnose_one(path, lang):
     except OSError:
         slim["mtime"] = None
     return slim, None
+
+
+def _without_path(msg, path):
+    return msg[len(path) + 2:] if msg.startswith(path + ": ") else msg
 
 
 def _diagnose_chunk(paths, lang):
@@ -154,6 +176,23 @@ def diagnose_all(paths, lang="en", jobs=None, progress=False):
                 if bar:
                     bar.update(1)
     return results
+
+
+def usable_cpus():
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def capped_jobs(jobs):
+    """--jobs above the CPUs this process may use only adds start-up and contention (1000 workers
+    took 38 s where 2 took 2 s): capped, and said once on stderr."""
+    cpus = usable_cpus()
+    if jobs and jobs > cpus:
+        click.echo(f"oom-doctor: --jobs {jobs} capped at {cpus} (the CPUs this machine lets it use)", err=True)
+        return cpus
+    return jobs
 
 
 def run_triage(args, lang="en", jobs=None, tty=False):
@@ -234,7 +273,14 @@ def render_table(r, lang="en"):
     return "\n".join(out).rstrip("\n") + "\n"
 
 
+def _cell(text):
+    """A table cell: GFM splits cells at '|' even inside a code span, unless it is escaped."""
+    return text.replace("|", "\\|")
+
+
 def render_markdown(r, lang="en"):
+    """Paths arrive as code spans (see _named); other outside text is escaped here."""
+    from .safe import md_text
     s = r["summary"]
     if lang == "zh":
         from .i18n import label
@@ -244,12 +290,12 @@ def render_markdown(r, lang="en"):
         for i, g in enumerate(r["groups"], 1):
             out.append(f"| {i} | `{g['id']}` | {g['count']} | {100 * g['share']:.1f}% | {label(g['verdict'], lang)} | "
                        f"{g['rule']} | {label(g['phase'], lang)} | {label(g['component'], lang)} | "
-                       f"{_gib(g['memory']['total_gib'])} | {_gib(g['memory']['tried_gib'])} | `{g['representative']}` |")
+                       f"{_gib(g['memory']['total_gib'])} | {_gib(g['memory']['tried_gib'])} | {_cell(g['representative'])} |")
         for i, g in enumerate(r["groups"], 1):
-            out += ["", f"## {i}. {g['title']}（`{g['id']}`，{g['count']} 个文件）", "",
-                    f"最早 `{g['first']}`，最晚 `{g['last']}`。分组依据：{g['reason']}", "", "> " + g["reply"]]
+            out += ["", f"## {i}. {md_text(g['title'])}（`{g['id']}`，{g['count']} 个文件）", "",
+                    f"最早 {g['first']}，最晚 {g['last']}。分组依据：{md_text(g['reason'])}", "", "> " + md_text(g["reply"])]
         if r["errors"]:
-            out += ["", "## 无法读取的文件", ""] + [f"- `{e['path']}`：{e['error']}" for e in r["errors"]]
+            out += ["", "## 无法读取的文件", ""] + [f"- {e['path']}：{md_text(e['error'])}" for e in r["errors"]]
         return "\n".join(out) + "\n"
     out = ["# oom-doctor triage", ""] + [f"- {ln}" for ln in _summary_lines(s, "**{}**: {}")] + [""]
     out += ["| # | id | count | share | verdict | rule | phase | component | capacity | tried | representative |",
@@ -257,12 +303,12 @@ def render_markdown(r, lang="en"):
     for i, g in enumerate(r["groups"], 1):
         out.append(f"| {i} | `{g['id']}` | {g['count']} | {g['share']:.1%} | {g['verdict']} | {g['rule']} | "
                    f"{g['phase']} | {g['component']} | {_gib(g['memory']['total_gib'])} | "
-                   f"{_gib(g['memory']['tried_gib'])} | `{g['representative']}` |")
+                   f"{_gib(g['memory']['tried_gib'])} | {_cell(g['representative'])} |")
     for i, g in enumerate(r["groups"], 1):
-        out += ["", f"## {i}. {g['title']} (`{g['id']}`, {g['count']})", "",
-                f"First `{g['first']}`, last `{g['last']}`. Grouped: {g['reason']}", "", "> " + g["reply"]]
+        out += ["", f"## {i}. {md_text(g['title'])} (`{g['id']}`, {g['count']})", "",
+                f"First {g['first']}, last {g['last']}. Grouped: {md_text(g['reason'])}", "", "> " + md_text(g["reply"])]
     if r["errors"]:
-        out += ["", "## Errors", ""] + [f"- `{e['path']}`: {e['error']}" for e in r["errors"]]
+        out += ["", "## Errors", ""] + [f"- {e['path']}: {md_text(e['error'])}" for e in r["errors"]]
     return "\n".join(out) + "\n"
 
 
@@ -283,12 +329,31 @@ def render_csv(r):
 
 
 def render_report(report, fmt="table", lang="en"):
+    from . import safe
     if fmt == "json":
         import json
-        return json.dumps(report, ensure_ascii=False, indent=2) + "\n"
-    if fmt == "csv":
-        return render_csv(report)         # for machines: English headers and keys in every language
-    return {"table": render_table, "markdown": render_markdown}[fmt](report, lang)
+        return safe.inert_json(json.dumps(report, ensure_ascii=False, indent=2)) + "\n"
+    if fmt == "html":
+        from .render.html import render_triage_html
+        return safe.inert(render_triage_html(_named(report, safe.inert_name), lang))
+    # file names may hold anything but '/' and NUL: escaped before they join a row, so a newline or
+    # an escape sequence in a name can neither split the table nor reach the terminal
+    name = safe.md_code if fmt == "markdown" else safe.inert_name
+    if fmt == "csv":                      # for machines: English headers and keys in every language
+        return safe.inert(render_csv(_named(report, name)))
+    render = {"table": render_table, "markdown": render_markdown}[fmt]
+    return safe.inert(render(_named(report, name), lang))
+
+
+def _named(report, name):
+    """A copy of the report with every file name passed through `name` (and other text made inert)."""
+    from . import safe
+    r = safe.inert_tree(report)           # names are taken from `report`: not escaped twice
+    for g in r["groups"]:
+        for k in ("representative", "first", "last"):
+            g[k] = name(g[k])
+    r["errors"] = [{**e, "path": name(e["path"])} for e in r["errors"]]
+    return r
 
 
 @click.command("triage")
@@ -303,14 +368,14 @@ def triage(paths, fmt, jobs, lang, output):
     """Group many logs by failure: files, folders (recursive) and globs."""
     from .cli import EXIT_OK, EXIT_OOM, EXIT_USAGE, _emit, default_lang, fail
     tty = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+    if output:
+        from .files import refuse_input_as_output
+        refuse_input_as_output(output, list(paths) + expand(paths)[0])
+    jobs = capped_jobs(jobs)
     report = run_triage(paths, lang or default_lang(), jobs, tty)
     if report is None:
         fail("no log files matched: " + " ".join(paths))
-    if fmt == "html":
-        from .render.html import render_triage_html
-        _emit(render_triage_html(report, lang or default_lang()), output)
-    else:
-        _emit(render_report(report, fmt, lang or default_lang()), output)
+    _emit(render_report(report, fmt, lang or default_lang()), output)
     if report["summary"]["ooms"]:
         sys.exit(EXIT_OOM)
     sys.exit(EXIT_OK if report["summary"]["diagnosed"] else EXIT_USAGE)    # nothing readable: an input error

@@ -15,6 +15,15 @@ Mutations come in two kinds:
   flips, binary junk, stray carriage returns, mixed encodings, spliced logs, lost newlines. Only
   "never crash, never hang" holds: an input error (exit 2) is a fine answer.
 
+- safety (one case in ten) — hostile text: OSC/CSI/DCS sequences (doubled ESCs that a one-pass
+  filter would turn into working ones), C1 controls and bidi overrides spliced into log lines; and
+  hostile configs: each sample's config re-encoded (CRLF, BOM, UTF-16, Latin-1/GBK comments) or
+  respelt (`[a,b]`, `~`, `2.0e-5`, quotes), or broken in shape (anchors of any name, duplicate
+  keys, deep nesting, lists and nulls where numbers belong, zeros, controls in values, NULs,
+  truncation). Every report of a safety case is rendered in every format: a control character from
+  the input in any output is a `leaked` failure; after --write, a line the plan did not change
+  that is not byte for byte the same (or a changed encoding, BOM or line ending) is `config_changed`.
+
 A crash is any exception other than reader.InputError; a hang is a case over --timeout seconds
 (SIGALRM inside the worker; a worker silent for longer than 3x that is killed and replaced).
 The summary is printed as text, and with --json as one JSON object on the last line.
@@ -325,6 +334,8 @@ def invariant_mutation(kind, text, rng):
 
 def make_case(i, seed, corpus):
     """(log index, label, bytes, invariant) for case i, from (seed, i) alone."""
+    if is_safety_case(i, seed):
+        return make_safety_case(i, seed, corpus)
     rng = random.Random(f"{seed}:{i}")
     k = rng.randrange(len(corpus))
     name, raw, text = corpus[k]
@@ -345,6 +356,224 @@ def make_case(i, seed, corpus):
         data = DAMAGING[kind2](data, rng)
         kind = f"{kind}+{kind2}"
     return k, kind, data, False
+
+
+# ---- safety cases: hostile text and hostile configs ----------------------------------------------------
+SAFETY_SHARE = 0.1          # one case in ten; the others are exactly the log cases they always were
+HOSTILE = ("\x1b\x1b[0m]0;PWNED\x07", "\x1b]52;c;ZWNobyBwd25lZA==\x07", "\x1b]0;T\x1b\\", "\x1bP1;2|x\x1b\\",
+           "\x1b[2J\x1b[H", "\x1b\x1b]]0;x\x07", "\x07", "\u009b31m", "\u009d0;C1\u009c", "\u0085", "\u202eevil\u202c",
+           "\u2066iso\u2069", "\u200f", "\x1b", "\r\x1b[K", "\x7f", "\x1b[8m")
+_LEAK = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def is_safety_case(i, seed):
+    return random.Random(f"{seed}:{i}:safety").random() < SAFETY_SHARE
+
+
+def hostile_text(text, rng):
+    """Control sequences spliced into random lines (at the start, the end or anywhere)."""
+    lines = text.split("\n")
+    for _ in range(rng.randint(1, 20)):
+        n = rng.randrange(len(lines))
+        pos = rng.choice((0, len(lines[n]), rng.randrange(len(lines[n]) + 1)))
+        lines[n] = lines[n][:pos] + rng.choice(HOSTILE) + lines[n][pos:]
+    return "\n".join(lines).encode("utf-8")
+
+
+_PAIRS = []
+
+
+def config_pairs():
+    """[(log index in the corpus, config path)] for the samples that ship a config (read once)."""
+    if not _PAIRS:
+        _PAIRS.append(_config_pairs())
+    return _PAIRS[0]
+
+
+def _config_pairs():
+    from ruamel.yaml import YAML
+    expect = YAML(typ="safe").load((ROOT / "log_samples" / "expectations.yaml").read_text(encoding="utf-8"))
+    names = [log_name(p) for p in corpus_paths()]
+    return [(names.index(slug), ROOT / "log_samples" / e["config"]) for slug, e in sorted(expect.items())
+            if e.get("config") and slug in names]
+
+
+def _respell(text, rng):
+    """Same settings, other spellings: what the patch must leave byte for byte."""
+    extra = rng.choice(("lora_target_modules: [q_proj,v_proj]\n", "hub_model_id: ~\n", "warmup_ratio: 2.0e-5\n",
+                        "run_name: 'quoted # not a comment'\n", "tags: {a: 1,b: 2}\n", "# café naïve 中文\n",
+                        "seed: 0x2A\n", "notes: |\n  ```\n  <img src=x>\n"))
+    lines = text.splitlines(keepends=True)
+    lines.insert(rng.randrange(len(lines) + 1), extra)
+    return "".join(lines)
+
+
+def _preserving(text, rng, is_json):
+    """(label, bytes): an encoding, line ending or spelling that a patch must keep."""
+    kind = rng.choice(("crlf", "bom", "utf16", "latin1", "gbk", "respell", "crlf+bom") if not is_json else
+                      ("crlf", "bom", "utf16", "number"))
+    if kind == "respell":
+        text = _respell(text, rng)
+    if kind == "number":
+        text = re.sub(r'(\n\s*"[^"]+":\s*)(\d+)(,?)', lambda m: m.group(1) + m.group(2) + m.group(3), text)
+        text = text.replace("{\n", '{\n  "warmup_ratio": 2.0e-5,\n  "weight_decay": 1E-2,\n', 1)
+    if "crlf" in kind:
+        text = text.replace("\n", "\r\n")
+    if kind == "latin1":
+        return kind, "# caf\xe9 na\xefve\n".encode("latin-1") + text.encode("latin-1", errors="replace")
+    if kind == "gbk":
+        return kind, "# 中文注释\n".encode("gbk") + text.encode("gbk", errors="replace")
+    if kind == "utf16":
+        return kind, text.encode("utf-16")
+    return kind, (b"\xef\xbb\xbf" if "bom" in kind else b"") + text.encode("utf-8")
+
+
+def _misshapen(text, rng, is_json):
+    """(label, bytes): a config broken in shape or content; any answer but a crash or a hang is fine."""
+    lines = text.splitlines(keepends=True) or ["\n"]
+    n = rng.randrange(len(lines))
+    kind = rng.choice(("anchor", "dup", "deep", "wrong_type", "zero", "controls", "nul", "truncate", "flip",
+                       "top_list", "tag", "huge"))
+    if kind == "anchor":
+        name = rng.choice(("1", "\u00e9", "a-b", "0"))
+        text = f"defaults: &{name}\n  lora_dropout: 0.05\n" + text + rng.choice((f"extra: *{name}\n", f"more: {{<<: *{name}}}\n"))
+    elif kind == "dup":
+        key = re.match(r'\s*"?([\w.-]+)"?\s*:', lines[n])
+        if key:
+            dup = f'  "{key.group(1)}": 1,\n' if is_json else f"{key.group(1)}: 1\n"
+            lines.insert(n + 1, dup)
+        text = "".join(lines)
+    elif kind == "deep":
+        depth = rng.choice((100, 1000, 20000))
+        text = ('{"a":' * depth + "1" + "}" * depth) if is_json else ("a:\n" + "".join(" " * i + "- b:\n" for i in range(1, depth // 50)))
+    elif kind in ("wrong_type", "zero"):
+        value = rng.choice(("[1, 2]", "{x: 1}", "null", "-3", "1e400", "'8'", ".nan", "true")) if kind == "wrong_type" \
+            else rng.choice(("0", "-1", "0.0"))
+        lines[n] = re.sub(r"(:\s*)[^\s#,][^#,\n]*", lambda m: m.group(1) + value, lines[n], count=1)
+        text = "".join(lines)
+    elif kind == "controls":
+        lines[n] = lines[n].rstrip("\n") + rng.choice(HOSTILE) + "\n"
+        text = "".join(lines)
+    elif kind == "top_list":
+        text = rng.choice(("[]\n", "- a\n- b\n", "42\n", "null\n", '"x"\n', ""))
+    elif kind == "tag":
+        text = "!!python/object:os.system {}\n" + text if not is_json else text
+    elif kind == "huge":
+        text = text + "pad:\n" + "  - x\n" * rng.choice((10, 200000))
+    data = text.encode("utf-8")
+    if kind == "nul":
+        pos = rng.randrange(len(data) + 1)
+        data = data[:pos] + b"\x00" * rng.choice((1, 64, 4096)) + data[pos:]
+    elif kind == "truncate":
+        data = data[:rng.randrange(len(data) + 1)]
+    elif kind == "flip":
+        data = bytearray(data)
+        for _ in range(rng.randint(1, 10)):
+            if data:
+                data[rng.randrange(len(data))] = rng.randrange(256)
+        data = bytes(data)
+    return kind, data
+
+
+def make_safety_case(i, seed, corpus):
+    """(log index, label, bytes, False): a hostile log, or a config (label `config:...@path`) whose
+    bytes are the case's data; the log is then the sample the config belongs to."""
+    rng = random.Random(f"{seed}:{i}:safety-case")
+    pairs = config_pairs()
+    texts = [k for k, (_, _, text) in enumerate(corpus) if text is not None]
+    if rng.random() < 0.5 or not pairs:
+        k = rng.choice(texts)
+        return k, "hostile_text", hostile_text(corpus[k][2], rng), False
+    k, path = pairs[rng.randrange(len(pairs))]
+    text = path.read_text(encoding="utf-8")
+    is_json = path.suffix == ".json"
+    make = _preserving if rng.random() < 0.5 else _misshapen
+    kind, data = make(text, rng, is_json)
+    return k, f"config({'keep' if make is _preserving else 'shape'}:{kind}){path.suffix}", data, False
+
+
+TMP_ROOT = None     # set by fuzz() before the workers fork; it removes the folder at the end, even
+_TMP = []           # when a worker was killed (a forked worker never runs atexit handlers)
+
+
+def _tmpdir():
+    """A folder of this process's own for the config files of safety cases."""
+    if not _TMP:
+        import tempfile
+        if TMP_ROOT:
+            _TMP.append(Path(TMP_ROOT) / str(os.getpid()))
+            _TMP[0].mkdir(exist_ok=True)
+        else:                               # --case in the main process
+            import atexit
+            import shutil
+            _TMP.append(Path(tempfile.mkdtemp(prefix="oomdoc-fuzz-")))
+            atexit.register(shutil.rmtree, _TMP[0], True)
+    return _TMP[0]
+
+
+def _leaks(d):
+    from advisor.render import render
+    for fmt in ("text", "markdown", "json", "html"):
+        out = render(d, fmt, "en")
+        m = _LEAK.search(out)
+        if m:
+            return f"{fmt} output holds U+{ord(m.group(0)):04X}"
+    return None
+
+
+def safety_outcome(label, data, log):
+    """(status, detail) of a safety case: ok, input_error, leaked or config_changed (a crash raises)."""
+    from advisor.pipeline import diagnose_text
+    from advisor.reader import InputError
+    if "config(" not in label:
+        try:
+            d = diagnose_text(data)
+        except InputError:
+            return "input_error", ""
+        leak = _leaks(d)
+        return ("leaked", leak) if leak else ("ok", "")
+    cfg = _tmpdir() / ("cfg" + label.rsplit(")", 1)[1])
+    cfg.write_bytes(data)
+    try:
+        d = diagnose_text(log, config_path=str(cfg))
+    except InputError:
+        return "input_error", ""
+    leak = _leaks(d)
+    if leak:
+        return "leaked", leak
+    if "config(keep:" not in label:
+        return "ok", ""
+    return _patch_kept_the_rest(d, cfg, data)
+
+
+def _patch_kept_the_rest(d, cfg, data):
+    """--write to another file: the same encoding, BOM and line ends; every line the plan did not
+    change is the same text. A refusal (exit 2) is fine."""
+    from advisor.files import decode_config
+    from advisor.patch import applied_changes, write_patched
+    from advisor.reader import InputError
+    out = cfg.with_name("out" + cfg.suffix)
+    if out.exists():
+        out.unlink()
+    try:
+        write_patched(d, str(cfg), str(out))
+    except InputError:
+        return "input_error", ""
+    if not out.exists():
+        return "ok", ""                     # nothing to write
+    (old, enc_old), (new, enc_new) = decode_config(data, cfg), decode_config(out.read_bytes(), out)
+    if enc_old != enc_new:
+        return "config_changed", f"encoding {enc_old} -> {enc_new}"
+    # a changed key's own line: `key:` / `"key":` (a dotted key by its last part), `key=v`, `--key v`
+    keys = [re.escape(k) + "|" + re.escape(k.rsplit(".", 1)[-1]) for k in applied_changes(d.plan)]
+    touched = re.compile(rf'^\s*(?:--)?"?(?:{"|".join(keys)})"?\s*[:= ]') if keys else None
+    new_lines = set(new.splitlines(keepends=True))
+
+    def kept(ln):               # as it was, or (JSON's last member, a key appended after it) plus a comma
+        body = ln.rstrip("\r\n")
+        return ln in new_lines or body + "," + ln[len(body):] in new_lines
+    lost = [ln for ln in old.splitlines(keepends=True) if not kept(ln) and not (touched and touched.match(ln))]
+    return ("config_changed", f"lost {lost[0]!r}") if lost else ("ok", "")
 
 
 # ---- running one case --------------------------------------------------------------------------------
@@ -383,6 +612,9 @@ def run_case(i, seed, corpus, baselines, timeout):
     t0 = time.perf_counter()
     signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
+        if is_safety_case(i, seed):
+            status, detail = safety_outcome(label, data, corpus[k][1])
+            return status, label, detail, time.perf_counter() - t0, False
         got = verdict_of(data)
     except _Hung:
         return "hung", label, f"over {timeout} s", time.perf_counter() - t0, invariant
@@ -504,24 +736,26 @@ def fuzz(n=100_000, seconds=None, jobs=2, seed=0, timeout=5.0, mem_limit=4 << 30
     corpus = load_corpus()
     if not corpus:
         raise SystemExit("fuzz: no logs found in log_samples/ or ../shared/real_logs")
-    counts = {s: 0 for s in ("ok", "input_error", "crash", "hung", "changed", "changed_damaged")}
+    counts = {s: 0 for s in ("ok", "input_error", "crash", "hung", "changed", "changed_damaged", "leaked",
+                             "config_changed")}
     invariant_cases = 0
-    examples = {"crash": [], "hung": [], "changed": [], "original": []}
+    examples = {"crash": [], "hung": [], "changed": [], "original": [], "leaked": [], "config_changed": []}
     by_mutation = {}
     slowest = (0.0, None)
     t0 = time.monotonic()
-    done = [0]
+    done, safety_cases = [0], [0]
 
     def on_result(res):
         nonlocal invariant_cases, slowest
         i, status, label, detail, dt, invariant = res
         counts[status] += 1
+        safety_cases[0] += is_safety_case(i, seed)
         done[0] += 1
         kind = re.sub(r"\([^)]*\)", "", label.split(":", 1)[-1])
         invariant_cases += invariant
         stat = by_mutation.setdefault(kind, [0, 0])
         stat[0] += 1
-        stat[1] += status in ("crash", "hung", "changed")
+        stat[1] += status in ("crash", "hung", "changed", "leaked", "config_changed")
         if status in examples and len(examples[status]) < show:
             examples[status].append(f"case {i} {label}: {detail}")
         if dt > slowest[0]:
@@ -534,17 +768,23 @@ def fuzz(n=100_000, seconds=None, jobs=2, seed=0, timeout=5.0, mem_limit=4 << 30
     for (name, _, _), base in zip(corpus, baselines):
         if isinstance(base, str):                   # an original log refused or crashing
             examples["original"].append(f"{name}: {base}")
+    global TMP_ROOT
+    import shutil
+    import tempfile
+    TMP_ROOT = tempfile.mkdtemp(prefix="oomdoc-fuzz-")
     pool = Pool(jobs, seed, timeout, mem_limit, corpus, baselines)
     deadline = t0 + seconds if seconds else None
     try:
         pool.run(range(n), on_result, deadline)
     finally:
         pool.close()
+        shutil.rmtree(TMP_ROOT, ignore_errors=True)
     elapsed = time.monotonic() - t0
     return {
         "total": done[0], "crashed": counts["crash"], "hung": counts["hung"], "changed": counts["changed"],
         "invariant_cases": invariant_cases, "input_errors": counts["input_error"],
-        "changed_damaged": counts["changed_damaged"], "seconds": round(elapsed, 1),
+        "changed_damaged": counts["changed_damaged"], "leaked": counts["leaked"],
+        "config_changed": counts["config_changed"], "safety_cases": safety_cases[0], "seconds": round(elapsed, 1),
         "per_second": round(done[0] / elapsed, 1) if elapsed else None, "jobs": jobs, "seed": seed,
         "logs": len(corpus), "originals_failing": len(examples["original"]), "slowest_s": round(slowest[0], 3), "slowest_case": slowest[1],
         "examples": examples,
@@ -561,6 +801,10 @@ def replay(i, seed, timeout):
     signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
+        if is_safety_case(i, seed):
+            status, detail = safety_outcome(label, data, corpus[k][1])
+            print(f"safety case: {status} {detail}")
+            return int(status in ("leaked", "config_changed"))
         got = verdict_of(data)
     except _Hung:
         print(f"hung: over {timeout} s")
@@ -602,17 +846,20 @@ def main(argv=None):
     print(f"  changed where it should not: {r['changed']}   (of {r['invariant_cases']} invariance-preserving)")
     print(f"  refused as input errors:     {r['input_errors']}   (exit 2, fine)")
     print(f"  changed by damage:           {r['changed_damaged']}   (allowed: truncation, drops, junk...)")
+    print(f"  control characters leaked:   {r['leaked']}   (of {r['safety_cases']} hostile-text and config cases)")
+    print(f"  config lines changed wrongly: {r['config_changed']}")
     print(f"  slowest case:                {r['slowest_s']} s ({r['slowest_case']})")
     if r["originals_failing"]:
         print(f"  original logs refused or crashing: {r['originals_failing']}")
-    for kind in ("original", "crash", "hung", "changed"):
+    for kind in ("original", "crash", "hung", "changed", "leaked", "config_changed"):
         for ex in r["examples"][kind]:
             print(f"  {kind}: {ex}")
     if r["failing_mutations"]:
         print(f"  failing mutations: {r['failing_mutations']}")
     if a.json:
         print(json.dumps(r))
-    return int(bool(r["crashed"] or r["hung"] or r["changed"] or r["originals_failing"]))
+    return int(bool(r["crashed"] or r["hung"] or r["changed"] or r["originals_failing"] or r["leaked"]
+                    or r["config_changed"]))
 
 
 if __name__ == "__main__":

@@ -1,15 +1,23 @@
-"""Render a diagnosis: text (terminal), markdown (issue reply), json (contract), html (report)."""
+"""Render a diagnosis: text (terminal), markdown (issue reply), json (contract), html (report).
+
+Every format's text passes through advisor.safe: what came from a log, a file name or a config is
+made inert (escape sequences, C1 controls, bidi overrides shown as escapes) wherever it lands.
+"""
+
+from .. import safe
 
 
 def render(diagnosis, fmt="text", lang="en", color=False):
     if fmt == "json":
         import json
-        return json.dumps(diagnosis.to_json_dict(), ensure_ascii=False, indent=2) + "\n"
+        return safe.inert_json(json.dumps(diagnosis.to_json_dict(), ensure_ascii=False, indent=2)) + "\n"
+    d = safe.inert_tree(diagnosis)          # outside text escaped before any markup or colour is added
     if fmt == "markdown":
         from .markdown import render_markdown
-        return render_markdown(diagnosis, lang)
+        return safe.inert(render_markdown(d, lang))
     if fmt == "html":
         from .html import render_html
-        return render_html(diagnosis, lang)
+        return safe.inert(render_html(d, lang))
     from .text import render_text
-    return render_text(diagnosis, lang, color)
+    out = render_text(d, lang, color)
+    return safe.inert_coloured(out) if color else safe.inert(out)

@@ -1,12 +1,16 @@
 """Markdown report, ready to paste as an issue reply."""
 
 from ..i18n import colon, facts_line, label
+from ..safe import md_fence, md_text
 from .text import bases, conflict_text, fact_rows, headline, memory_rows, step_line
 
 
 def render_markdown(d, lang="en"):
     L = lambda k: label(k, lang)  # noqa: E731
     zh = lang == "zh"
+    # values from the log and the config are escaped (md_text) or fenced (md_fence): a config value
+    # holding ``` or <img> must not close a block or render as markup in the issue it is pasted into.
+    # The rules' own texts (title, summary, explanation, why) are ours, with code spans meant as such.
     out = [f"### {headline(d, lang)}", "", d.summary, "",
            f"| {L('phase')} | {L('component')} | {L('rule')} |", "|---|---|---|",
            f"| {L(d.phase)} | {L(d.component)} | `{d.rule}`" + (f"（{L('confidence')} {d.confidence:.2f}）" if zh else f" ({d.confidence:.2f})")
@@ -18,24 +22,25 @@ def render_markdown(d, lang="en"):
         out += [f"**{L('numbers')}**", "", "| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows] + [""]
     if d.budget:
         from .budget_text import budget_lines
-        out += [f"**{L('budget')}**", "", "```"] + budget_lines(d.budget, lang, d.memory) + ["```", ""]
+        out += [f"**{L('budget')}**", ""] + md_fence("\n".join(budget_lines(d.budget, lang, d.memory))) + [""]
     if d.plan:
         out += [f"**{L('plan')}**", ""]
         for i, (step, basis) in enumerate(zip(d.plan, bases(d.plan)), 1):
-            out.append(f"{i}. {step_line(step, lang, basis)}" + (f"  \n   {step['why']}" if step.get("why") else ""))
+            out.append(f"{i}. {md_text(step_line(step, lang, basis))}"
+                       + (f"  \n   {step['why']}" if step.get("why") else ""))
         out.append("")
     if d.patch:
-        out += [f"**{L('patch')}**", "", "```diff", d.patch.rstrip("\n"), "```", ""]
+        out += [f"**{L('patch')}**", ""] + md_fence(d.patch, "diff") + [""]
     if d.command:
-        out += [f"**{L('command')}**", "", "```sh", d.command.rstrip("\n"), "```", ""]
+        out += [f"**{L('command')}**", ""] + md_fence(d.command, "sh") + [""]
     if d.conflicts:
-        out += [f"**{L('conflicts')}**{colon(lang)}" + ("；" if zh else "; ").join(conflict_text(c, lang)
+        out += [f"**{L('conflicts')}**{colon(lang)}" + ("；" if zh else "; ").join(md_text(conflict_text(c, lang))
                                                                                 for c in d.conflicts), ""]
     for note in d.notes:
-        out += [f"> {note}", ""]
-    out += [f"<details><summary>{L('evidence')}</summary>", "", "```"]
-    out += [f"{('~' if e.approximate else '') + str(e.line):>7}: {e.text[:200]}" for e in d.evidence] + ["```", "", "</details>"]
+        out += [f"> {md_text(note)}", ""]
+    evidence = "\n".join(f"{('~' if e.approximate else '') + str(e.line):>7}: {e.text[:200]}" for e in d.evidence)
+    out += [f"<details><summary>{L('evidence')}</summary>", ""] + md_fence(evidence) + ["", "</details>"]
     facts = fact_rows(d.facts)
     if facts:
-        out += ["", f"_{L('facts')}{colon(lang)}" + facts_line(facts, lang) + "_"]
+        out += ["", f"_{L('facts')}{colon(lang)}" + md_text(facts_line(facts, lang)) + "_"]
     return "\n".join(out) + "\n"
