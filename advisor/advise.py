@@ -18,6 +18,8 @@ def complete(diagnosis, config=None, gpu=None, model=None, params=None):
             budget.assumptions = notes + budget.assumptions
             diagnosis.budget = budget.to_json_dict()
             _compare(diagnosis, budget)
+            if diagnosis.component == "unknown":
+                _component_from_sizes(diagnosis, spec, budget)
     diagnosis.plan = make_plan(diagnosis, rule, spec, config, diagnosis.lang)
     _traps(diagnosis, config)
     if diagnosis.plan:
@@ -25,6 +27,26 @@ def complete(diagnosis, config=None, gpu=None, model=None, params=None):
         diagnosis.patch, diagnosis.snippet = patch_for(diagnosis, config)
         diagnosis.command = patched_command(diagnosis, config)
     return diagnosis
+
+
+def _component_from_sizes(d, spec, budget):
+    """The lower rungs of the component ladder, once the run's shapes are known: the failed request
+    is one of its tensors (stated batch and length only), else one term alone is larger than the card."""
+    from .tensors import match
+    f, mem = d.facts, d.memory or {}
+    several = (f.get("num_gpus") or 1) > 1 or (mem.get("device_index") or 0) >= 1 or bool(d.ranks)
+    counts = (f["num_gpus"],) if f.get("num_gpus") else (2, 4, 8) if several else (1,)
+    hit = match(mem.get("tried_gib"), spec.model, f.get("batch"), f.get("seq_len"), counts)
+    if hit:
+        d.component, d.basis["component"] = hit[0], f"tensor shape: the request is {hit[1]}"
+        return
+    cap = spec.capacity_gib or mem.get("total_gib")
+    terms = {"weights": budget.weights_gib, "optimizer_states": budget.optimizer_states_gib,
+             "gradients": budget.gradients_gib, "activations": budget.activations_gib + budget.logits_gib}
+    name, size = max(terms.items(), key=lambda kv: kv[1] or 0)
+    if cap and size and size > cap:
+        d.component = name
+        d.basis["component"] = f"budget: {label(name, 'en')} alone ({size:.1f} GiB) exceed the {cap:.1f} GiB card"
 
 
 def _sharding_seen(d, config):

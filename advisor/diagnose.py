@@ -148,26 +148,34 @@ def _last_progress_line(t):
     return marker.line if marker is not None and marker.kind == "step" else 0
 
 
+UNKNOWN = {"en": "unknown", "zh": "未知"}      # what a number the log does not give reads as: never "?"
+
+
 class _Missing(dict):
+    def __init__(self, values, lang):
+        super().__init__(values)
+        self.lang = lang
+
     def __missing__(self, key):
-        return "?"
+        return UNKNOWN.get(self.lang, UNKNOWN["en"])
 
 
-def fill(template, values):
-    """A rule text with its {placeholders} filled; an unknown one reads '?'."""
+def fill(template, values, lang="en"):
+    """A rule text with its {placeholders} filled; one the log does not give reads 'unknown'."""
     try:
-        return template.format_map(_Missing(values))
+        return template.format_map(_Missing(values, lang))
     except (ValueError, IndexError):
         return template
 
 
-def text_values(memory, step=None, total_steps=None, phase="unknown"):
+def text_values(memory, step=None, total_steps=None, phase="unknown", lang="en"):
     """What a rule's summary and explanation may name: {tried}, {total}, {step}…"""
-    gib = {name: fmt_gib(memory.get(key), missing="?") for name, key in (
+    unknown = UNKNOWN.get(lang, UNKNOWN["en"])
+    gib = {name: fmt_gib(memory.get(key), missing=unknown) for name, key in (
         ("tried", "tried_gib"), ("total", "total_gib"), ("free", "free_gib"),
         ("reserved_unallocated", "reserved_unallocated_gib"), ("allocated", "allocated_by_pytorch_gib"),
         ("other", "other_processes_gib"))}
-    return {**gib, "step": "?" if step is None else step, "total_steps": total_steps or "?", "phase": phase}
+    return {**gib, "step": unknown if step is None else step, "total_steps": total_steps or unknown, "phase": phase}
 
 
 def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rules=None) -> Diagnosis:
@@ -222,13 +230,13 @@ def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rul
     if t.exact_lines is not None:
         for e in evidence:
             e.approximate = e.line > t.exact_lines
-    values = text_values(memory, merged.step, merged.total_steps, final_phase)
+    values = text_values(memory, merged.step, merged.total_steps, final_phase, lang)
     return Diagnosis(
         source=t.source, verdict=rule.verdict, accelerator=_accelerator(decisive, t), phase=final_phase,
         component=component, confidence=rule.confidence, rule=rule.id,
-        summary=fill(getattr(rule.summary, lang), values), evidence=evidence, memory=memory,
+        summary=fill(getattr(rule.summary, lang), values, lang), evidence=evidence, memory=memory,
         facts=merged.model_dump(), title=getattr(rule.title, lang),
-        explanation=fill(getattr(rule.explanation, lang), values), lang=lang,
+        explanation=fill(getattr(rule.explanation, lang), values, lang), lang=lang,
         earlier_failures=t.earlier_failures, ranks=t.ranks,
         basis={"phase": phase_basis or "nothing in the log shows it", "component": component_basis},
         notes=_second_readings(rule, component, memory, lang),

@@ -19,7 +19,8 @@ from .runspec import zero_of
 SAFE, UNSAFE, DISPLAY = "safe", "unsafe", "display"
 PHASE_LADDER = {"load": "OOM101", "first_step": "OOM201", "mid_training": "OOM204", "evaluation": "OOM404",
                 "checkpoint_save": "OOM410", "inference": "OOM201", "unknown": "OOM200"}
-COMPONENT_LADDER = {"optimizer_states": "OOM301", "gradients": "OOM310", "eval_outputs": "OOM401"}
+COMPONENT_LADDER = {"optimizer_states": "OOM301", "gradients": "OOM310", "eval_outputs": "OOM401",
+                    "weights": "OOM101"}
 
 
 @dataclass
@@ -317,6 +318,8 @@ def candidates(diagnosis, rule, multi_gpu):
     return out
 
 
+_FALLBACK = ("reduce_seq_len", "grad_checkpointing", "zero_sharding", "cpu_offload", "quantize", "smaller_model")
+
 # moves outside the config that are the whole answer when they apply: the plan continues only
 # with alternatives after them
 _CONCLUSIVE = ("free_other_process", "fix_non_memory_bug", "expandable_segments", "more_host_ram")
@@ -330,7 +333,16 @@ def make_plan(diagnosis, rule, spec=None, config=None, lang="en") -> List[dict]:
         seen = observed_need(diagnosis.memory or {})
         c.gap = max(0.0, seen - estimate(spec).total_gib) if seen else 0.0
     steps, current, fitted = [], spec, False
-    for action in candidates(diagnosis, rule, c.multi_gpu):
+    own = candidates(diagnosis, rule, c.multi_gpu)
+    rest = []
+    if diagnosis.verdict == "device_oom":
+        # no dead ends: when none of the rule's moves can apply (batch already 1, checkpointing
+        # already on), the ladder goes on with what shrinks the other terms, and ends on a bigger
+        # card; at load time no batch exists, so no batch move
+        rest = [a for a in _FALLBACK if a not in own and not (a in _BATCH_MOVES and diagnosis.phase == "load")]
+    for action in own + rest:
+        if action in rest and (steps or fitted):
+            break                           # the fallback is for a true dead end only
         step, update = _step(c, action, current)
         if step is None:
             continue
@@ -362,7 +374,7 @@ def _step(c, action, current):
         step.saves_gib = round(max(0.0, estimate(current).total_gib - estimate(after).total_gib), 2)
         if step.saves_gib < 0.05:
             return None, None                     # saves ~0 GiB: not a fix
-        step.fits_after = _fits(c, after)
+        step.fits_after = _fits(c, after) if _usable(c) is not None else None   # no card known: no claim
     elif action == "expandable_segments":
         step.saves_gib = (c.d.memory or {}).get("reserved_unallocated_gib")
     return step, update

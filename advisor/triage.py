@@ -209,7 +209,7 @@ def reply(g, rep, lang="en"):
         title, summary = rep.get("title", ""), rep.get("summary", "")
     else:
         title = getattr(rule.title, lang)
-        summary = fill(getattr(rule.summary, lang), text_values(g.memory, g.step, phase=g.phase))
+        summary = fill(getattr(rule.summary, lang), text_values(g.memory, g.step, phase=g.phase, lang=lang), lang)
     plan = [s for s in (rep.get("plan") or []) if s.get("action") not in (None, "none") and not s.get("alternative")]
     for action in (rule.actions if rule else []):      # the plan may be short: the rule's ladder fills it
         if len(plan) >= 2:

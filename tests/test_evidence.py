@@ -140,3 +140,33 @@ def test_a_failure_an_hour_after_training_began_is_mid_training():
     assert d.phase == "mid_training" and d.basis["phase"] == "timestamps: 54 min after training began"
     soon = log.replace("00:29:47", "23:36:10").replace("2022-08-21", "2022-08-20")
     assert diagnose_text(soon, with_plan=False).phase == "first_step"
+
+
+def test_a_request_the_size_of_the_logits_names_activations(tmp_path):
+    """Gemma's 256 000-token vocabulary × batch 4 × 1024 tokens × 4 bytes = 3.90 GiB (real_logs x1-022)."""
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text("model_name_or_path: google/gemma-7b\nstage: sft\nfinetuning_type: lora\ncutoff_len: 1024\n"
+                   "per_device_train_batch_size: 4\ntemplate: gemma\n")
+    d = diagnose_text(OOM.replace("86.00 MiB", "3.90 GiB") + "\n", config_path=str(cfg))
+    assert d.component == "activations" and d.basis["component"].startswith("tensor shape: the request is the logits")
+
+
+def test_an_assumed_batch_is_never_matched():
+    d = diagnose_text(OOM.replace("86.00 MiB", "3.90 GiB") + "\n", model="gemma-7b")
+    assert not d.basis["component"].startswith("tensor shape")
+
+
+def test_a_term_alone_larger_than_the_card_names_it():
+    """A full fine-tune of a 13B model: its optimizer states alone exceed an 80 GB card."""
+    log = OOM.replace("86.00 MiB", "300.00 MiB").replace("44.64 GiB", "79.35 GiB") \
+             .replace("43.68 GiB is allocated", "78.90 GiB is allocated")
+    d = diagnose_text("--finetuning_type full\n" + log + "\n", model="Llama-2-13b")
+    assert d.component == "optimizer_states" and d.basis["component"].startswith("budget:")
+    assert d.plan and d.plan[0]["action"] in ("optimizer_8bit", "use_lora", "cpu_offload")
+
+
+def test_no_oom_is_left_without_a_plan_and_no_number_reads_as_a_question_mark():
+    """Nothing known but the request: still a first move, and 'unknown' where a number is missing."""
+    d = diagnose_text("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 25.88 GiB (GPU 4; 7\n")
+    assert d.plan and "?" not in d.summary and "unknown" in d.summary
+    assert all(s["fits_after"] is None for s in d.plan)      # no card size known: no fit claimed
