@@ -1,5 +1,7 @@
 """Fixed labels of the reports in English and Chinese (rule texts carry their own)."""
 
+import re
+
 LABELS = {
     "en": {
         "verdict": "Verdict", "phase": "When", "component": "Blame", "confidence": "confidence", "rule": "rule",
@@ -289,3 +291,50 @@ ZH_AVOID = {
     "4 bit": "4 位", "8 bit": "8 位", "16 bit": "16 位", "4-bit": "4 位", "8-bit": "8 位",
     "不是内存不足": "不是显存不足", "动量": "一阶/二阶矩估计", "可以放下": "放得下", "CUDA 上下文": "运行时上下文",
 }
+
+
+# What decided the phase and the component (Diagnosis.basis, English in the JSON), for a reader.
+_BASIS_ZH = [
+    (r"frame (.+)", lambda m: f"堆栈帧 {m[1]}"),
+    (r"quoted call (.+)", lambda m: f"残留的代码行 {m[1]}"),
+    (r"marker line (\d+): (.+)", lambda m: f"第 {m[1]} 行的阶段标记（{m[2]}）"),
+    (r"progress: step (\d+)", lambda m: f"进度：第 {m[1]} 步"),
+    (r"progress: (\d+) losses logged", lambda m: f"进度：已记录 {m[1]} 次 loss"),
+    (r"rule (OOM\d+) \((.+)\)", lambda m: f"规则 {m[1]}（{m[2]}）"),
+    (r"phase table: (\w+) → (\w+)", lambda m: f"课程的阶段对照表：{label(m[1], 'zh')} → {label(m[2], 'zh')}"),
+    (r"tensor shape: the request is (.+)", lambda m: f"张量形状：失败的申请正好是 {m[1]}"),
+    (r"budget: (.+)", lambda m: f"显存预算：{m[1]}"),
+    (r"entry script (.+)", lambda m: f"入口脚本 {m[1]}"),
+    (r"timestamps: (\d+) min after training began", lambda m: f"时间戳：训练开始 {m[1]} 分钟后"),
+    (r"allocator: PyTorch held (\S+) GiB, not even the weights", lambda m: f"分配器：PyTorch 只占用 {m[1]} GiB，连权重都还没放上"),
+    (r"forward/backward frames after loading", lambda m: "加载之后的前向/反向堆栈帧"),
+    (r"an evaluation bar", lambda m: "评估进度条"),
+    (r"nothing in the log (?:shows|names) it", lambda m: "日志中没有依据"),
+]
+
+
+def basis_text(basis, lang="en"):
+    """One clause of a basis (`frame trainer.py:evaluation_loop; progress: step 3`) for a reader."""
+    if lang != "zh":
+        return basis
+    out = []
+    for part in basis.split("; "):
+        for pattern, say in _BASIS_ZH:
+            m = re.fullmatch(pattern, part)
+            if m:
+                out.append(say(m))
+                break
+        else:
+            out.append(part)
+    return "；".join(out)
+
+
+def basis_line(d, lang="en"):
+    """`Basis: when — …; blame — …` in one line, or '' when the diagnosis has none."""
+    b = getattr(d, "basis", None) or {}
+    if not b:
+        return ""
+    if lang == "zh":
+        return (f"依据：{label('phase', 'zh')}——{basis_text(b.get('phase', ''), 'zh')}；"
+                f"{label('component', 'zh')}——{basis_text(b.get('component', ''), 'zh')}")
+    return f"Basis: when — {b.get('phase', '')}; blame — {b.get('component', '')}"

@@ -1,6 +1,6 @@
 """Markdown report, ready to paste as an issue reply."""
 
-from ..i18n import colon, facts_line, label
+from ..i18n import basis_line, colon, facts_line, label
 from ..safe import md_fence, md_text
 from .text import bases, conflict_text, fact_rows, headline, memory_rows, step_line
 
@@ -15,6 +15,8 @@ def render_markdown(d, lang="en"):
            f"| {L('phase')} | {L('component')} | {L('rule')} |", "|---|---|---|",
            f"| {L(d.phase)} | {L(d.component)} | `{d.rule}`" + (f"（{L('confidence')} {d.confidence:.2f}）" if zh else f" ({d.confidence:.2f})")
            + " |", ""]
+    if basis_line(d, lang):
+        out += [f"_{md_text(basis_line(d, lang))}_", ""]
     if d.explanation:
         out += [d.explanation, ""]
     rows = memory_rows(d.memory, lang)

@@ -1,6 +1,6 @@
 """Plain-text report for a terminal; colour only when asked (a TTY without NO_COLOR)."""
 
-from ..i18n import action_name, colon, facts_line, label, steps_ref
+from ..i18n import basis_line, action_name, colon, facts_line, label, steps_ref
 from ..units import fmt_gib
 
 _COLORS = {"red": "31", "green": "32", "yellow": "33", "bold": "1", "dim": "2", "cyan": "36"}
@@ -48,6 +48,8 @@ def render_text(d, lang="en", color=False):
     conf = f"（{L('confidence')} {d.confidence:.2f}）" if zh else f" ({L('confidence')} {d.confidence:.2f})"
     out.append(f"  {L('phase')}{sep}{L(d.phase)}    {L('component')}{sep}{L(d.component)}    "
                f"{L('rule')}{sep}{d.rule}{conf}")
+    if basis_line(d, lang):
+        out.append(_c("  " + basis_line(d, lang), "dim", color))
     rows = memory_rows(d.memory, lang)
     if rows:
         out += ["", _c(L("numbers"), "bold", color)]
