@@ -13,7 +13,7 @@ import re
 # a word: unquoted characters, backslash escapes (not a line continuation) and quoted strings
 _WORD = re.compile(r"""(?:[^\s'"\\]|\\[^\n]|'[^']*'|"(?:[^"\\]|\\.)*")+""")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-_LAUNCHER = re.compile(r"(?m)^\s*(?:[A-Za-z_]\w*=\S*\s+)*(?:\S*/)?(llamafactory-cli|lmf|swift|vllm|torchrun|accelerate|"
+LAUNCHER = re.compile(r"(?m)^\s*(?:[A-Za-z_]\w*=\S*\s+)*(?:\S*/)?(llamafactory-cli|lmf|swift|vllm|torchrun|accelerate|"
                        r"deepspeed|python[\d.]*|tune|axolotl)\b")
 # programs whose own options come before the script: their options are not the script's settings
 _WRAPPERS = {"torchrun", "accelerate", "deepspeed"}
@@ -142,7 +142,7 @@ def _value(w):
 def find_command(text):
     """The launch command in a shell script, a pasted command or a log line; None if there is none."""
     joined = text.replace("\\\r\n", "\\\n")
-    for m in _LAUNCHER.finditer(joined):
+    for m in LAUNCHER.finditer(joined):
         start = m.start() + len(m.group()) - len(m.group().lstrip())
         end = start
         while True:                                  # to the end of the logical line

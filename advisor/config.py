@@ -117,9 +117,9 @@ _COMMAND_SUFFIXES = (".sh", ".bash", ".txt", ".cmd")
 
 
 def _looks_like_command(text):
-    from .cmdline import _LAUNCHER
+    from .cmdline import LAUNCHER
     first = next((ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")), "")
-    return bool(_LAUNCHER.match(first)) and ":" not in first.split()[0]
+    return bool(LAUNCHER.match(first)) and ":" not in first.split()[0]
 
 
 def _command_config(p, text, quiet=False):

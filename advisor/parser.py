@@ -74,6 +74,7 @@ MARKER_PHRASES = re.compile(r"\*{5} Running (?:training|Evaluation|Prediction) \
 # a launcher with settings after it; frames (`File ".../bin/torchrun"`) have none
 _COMMAND_HINT = re.compile(r"(?:^|[$#>+] )(?:[A-Z_]+=\S+ )*(?:llamafactory-cli|lmf|torchrun|accelerate launch|swift (?:sft|pt|rlhf|infer|"
                            r"deploy|export|eval)|vllm serve|tune run|deepspeed|python[\d.]*) \S.*(?:--\w|\w=|\.ya?ml\b)")
+PROGRESS_PATTERNS = (_BAR, _BAR_LIGHT, MARKER_PHRASES)   # bars and phase lines a wrap may cut (reader)
 _ZERO_FRAME = re.compile(r"deepspeed/runtime/zero/(stage3|stage_1_and_2)\.py")
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16"}
 

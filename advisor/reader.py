@@ -40,7 +40,7 @@ _PASTE_NO = re.compile(r"^\[\d{1,7}\] ?")
 _HOST = re.compile(r"^(?:(?:\d{1,3}\.){3}\d{1,3}|[A-Za-z][\w-]{0,62}\d[\w-]{0,62}): (?=\S)")   # bounded: no backtracking
 _RANK = re.compile(r"^\[(?:rank(\d+)|[A-Za-z_]*?(\d+))\]:\s?")
 _RAY = re.compile(r"^\((?:[\w.]+) pid=\d+(?:, ip=[\d.]+)?\) ?")
-_BAR_HINT = re.compile(r"%\||(?<!\d)\d+/\d+ \[|it/s|s/it")
+BAR_HINT = re.compile(r"%\||(?<!\d)\d+/\d+ \[|it/s|s/it")
 
 
 class Snapshot:
@@ -189,7 +189,7 @@ def resolve_redraws(text):
     segs = [s for s in text.split("\r") if s.strip()]
     if not segs:
         return [""]
-    return [s for s in segs[:-1] if not _BAR_HINT.search(s)] + [segs[-1]]
+    return [s for s in segs[:-1] if not BAR_HINT.search(s)] + [segs[-1]]
 
 
 _REMNANT = re.compile(r"\[[0-9;]{1,8}m")     # an escape code whose ESC byte a paste lost
@@ -256,9 +256,7 @@ def _seam_patterns():
     """The phrases the parser looks for: a wrap that cuts one of them is a wrap for certain."""
     if not _SEAM_PATTERNS:
         from . import parser, signals, traceback
-        _SEAM_PATTERNS.extend([rx for _, _, rx in signals._COMPILED] + list(signals._FIELDS.values())
-                              + [signals._PROCESS, traceback._CPYTHON, traceback._IPYTHON, traceback._RICH,
-                                 parser._BAR, parser._BAR_LIGHT, parser.MARKER_PHRASES])
+        _SEAM_PATTERNS.extend(signals.seam_phrases() + list(traceback.FRAME_PATTERNS) + list(parser.PROGRESS_PATTERNS))
     return _SEAM_PATTERNS
 
 

@@ -142,13 +142,13 @@ def _first(rx, text):
 
 def oom_block(lines, start, limit=10):
     """Join the OOM message that starts at lines[start] with its continuation lines."""
-    from .reader import _BAR_HINT
+    from .reader import BAR_HINT
     text = lines[start].text
     for ln in lines[start + 1:start + limit]:
         if _DONE.search(text):
             break
         nxt = ln.text
-        if not nxt.strip() or _BAR_HINT.search(nxt) or nxt.lstrip().startswith(("File ", "Traceback", "[")) \
+        if not nxt.strip() or BAR_HINT.search(nxt) or nxt.lstrip().startswith(("File ", "Traceback", "[")) \
                 or classify(nxt) and "out of memory" in nxt:
             break
         text += nxt
@@ -227,3 +227,9 @@ def device_index(block):
 def typical(values):
     vals = [v for v in values if v is not None]
     return median(vals) if vals else None
+
+
+def seam_phrases():
+    """What a terminal wrap may cut that the reader must recognise (reader.seam_is_cut): every
+    failure pattern, the allocator's fields and the per-process lines."""
+    return [rx for _, _, rx in _COMPILED] + list(_FIELDS.values()) + [_PROCESS]

@@ -11,6 +11,7 @@ _IPYTHON = re.compile(r"^(?:File (?P<path>\S+):(?P<no>\d+), in |\[(?P<link>[^\]]
 _RICH = re.compile(r"│\s*(?P<path>[^\s│]+\.py):(?P<no>\d+) in (?P<func>\w+)")   # a path stops at the box
 _BARE = re.compile(r"(?:^|\s)line (?P<no>\d+), in (?P<func>[\w<>.]+)\s*$")   # a frame cut before "File"
 _CPP = re.compile(r"^frame #\d+: ")
+FRAME_PATTERNS = (_CPYTHON, _IPYTHON, _RICH)     # a frame header: what a wrap must not be allowed to cut unseen
 
 
 def parse_frame(text):
