@@ -71,8 +71,8 @@ def _decisive(signals):
     best = min(sig.STRENGTH[s.kind] for s in strong)
     first = [s for s in strong if sig.STRENGTH[s.kind] == best]
     # kernel assertions come before the exception that reports them: that exception (and its
-    # traceback) decides, and the assertions only when the paste was cut before it
-    return next((s for s in first if s.dialect != "device_assert"), first[0])
+    # traceback) decides, and the assertions only when the paste was cut before it; IPython's header: the message below it decides when the paste kept it
+    return next((s for s in first if s.dialect not in ("device_assert", "ipython_header")), first[0])
 
 
 def _index_of(window, line_no):
@@ -120,6 +120,9 @@ def _memory(t, window):
     out = {k: round_gib(v, 4) for k, v in mem.items()}
     out["oom_messages"] = count
     out["device_index"] = sig.device_index(block) if block else None
+    # distinct devices across the final failure's messages: several GPUs even when no line says so
+    seen = {sig.device_index(s.text) for s in t.signals if s.kind == sig.DEVICE_OOM}
+    out["devices_seen"] = sorted(i for i in seen if i is not None)
     return out, s
 
 

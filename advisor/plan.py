@@ -51,6 +51,7 @@ class Context:
         # several GPUs: stated, or implied by a device index above 0, by [rankN]: prefixes (the
         # distributed excepthook), by a DeepSpeed config, or by DDP's own frames in the evidence
         self.multi_gpu = bool((f.get("num_gpus") or 1) > 1 or (mem.get("device_index") or 0) >= 1
+                              or len(mem.get("devices_seen") or ()) > 1
                               or diagnosis.ranks or str(f.get("deepspeed") or "").startswith("zero")
                               or any("nn/parallel/distributed.py" in e.text for e in diagnosis.evidence))
         self.data = config.data if config is not None else {}

@@ -324,6 +324,7 @@ def _same(text):
 
 
 _FRAME_END = re.compile(r"line \d+, in [\w<>.]+$")
+_GLUED_RANK = re.compile(r"(?<=\S)\[rank\d+\]:")
 _GLUED = re.compile(r"(?:/s|/it)\](?=[^\s,|\]])")   # tqdm's closing bracket with the next output glued on
 
 
@@ -333,6 +334,13 @@ def logical_lines(stream, start_no=1):
     own, with the bar's line number."""
     for line in _physical_to_logical(stream, start_no):
         text = line.text
+        if "[rank" in text[1:] and "]:" in text:
+            # ranks writing at once glue one rank's line onto another's ("…Error: x[rank1]:   File …")
+            m = _GLUED_RANK.search(text)
+            if m:
+                yield Line(line.no, text[:m.start()], line.rank)
+                text, rank = strip_wrappers(text[m.start():])
+                line = Line(line.no, text, rank)
         while "/s]" in text or "/it]" in text:
             m = _GLUED.search(text)
             if m is None:

@@ -39,6 +39,8 @@ _PATTERNS = [
     (HOST_OOM, "ray_memory_monitor", r"ray\.exceptions\.OutOfMemoryError|node running low on memory"
                                       r"|exceeds the memory usage threshold|ray-oom-prevention|Memory on the node \(IP:"),
     (DEVICE_OOM, "oom_exception", r"OutOfMemoryError\b(?!\s*Traceback)"),
+    # IPython's header names the exception above its trace: the OOM even when the paste lost the last line
+    (DEVICE_OOM, "ipython_header", r"^(?:\w+\.)*OutOfMemoryError\s{2,}Traceback \(most recent call last\)"),
     (HOST_OOM, "cpu_allocator", r"DefaultCPUAllocator: (?:can't allocate memory|not enough memory)"),
     (HOST_OOM, "bad_alloc", r"std::bad_alloc|Cannot allocate memory|Unable to allocate [\d.]+ \w+ for an array"
                             r"|paging file is too small"),

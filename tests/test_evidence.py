@@ -170,3 +170,26 @@ def test_no_oom_is_left_without_a_plan_and_no_number_reads_as_a_question_mark():
     d = diagnose_text("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 25.88 GiB (GPU 4; 7\n")
     assert d.plan and "?" not in d.summary and "unknown" in d.summary
     assert all(s["fits_after"] is None for s in d.plan)      # no card size known: no fit claimed
+
+
+def test_ranks_glued_onto_one_line_are_split():
+    log = ("Traceback (most recent call last):\n" + OOM + "[rank1]:   File \"/x/torch/optim/adamw.py\", line 120, in "
+           "_init_group\n")
+    from advisor.reader import read_text
+    lines = read_text(log)
+    assert lines[1].text == OOM and lines[2].rank == 1 and lines[2].text.startswith("  File")
+
+
+def test_the_ipython_header_names_the_oom_when_the_last_line_is_cut():
+    log = ("OutOfMemoryError                          Traceback (most recent call last)\n"
+           "Cell In[4], line 12\n      9 trainer = Trainer(model=model, args=args)\n---> 12 trainer.train()\n"
+           "File /env/lib/python3.10/site-packages/transformers/trainer.py:3318, in Trainer.training_step(self, model)\n")
+    assert diagnose_text(log, with_plan=False).verdict == "device_oom"
+    whole = diagnose_text(log + OOM + "\n", with_plan=False)
+    assert whole.verdict == "device_oom" and whole.memory["tried_gib"] == pytest.approx(0.084, abs=0.001)
+
+
+def test_distinct_devices_across_the_messages_mean_several_gpus():
+    log = "".join(OOM.replace("GPU 0", f"GPU {i}") + "\n" for i in (0, 3))
+    d = diagnose_text(log)
+    assert d.memory["devices_seen"] == [0, 3]
