@@ -48,7 +48,8 @@ def diagnose_stream(stream, source, config_path=None, lang="en", gpu=None, model
 
 def diagnose_run(run, config_path=None, lang="en", gpu=None, model=None, params=None, with_plan=True):
     """A run folder (runfolder.Run): its log, or a log made of its records, with its own config."""
-    from .runfolder import apply_records, open_log
+    from .runfolder import open_log
+    from .runrecords import apply_records
     name, stream = open_log(run)
     try:
         d = diagnose_stream(stream, name, config_path or run.config, lang, gpu, model, params, with_plan,
@@ -57,7 +58,7 @@ def diagnose_run(run, config_path=None, lang="en", gpu=None, model=None, params=
         stream.close()
     d.run_folder = run.to_json()
     if d.verdict == "no_failure":
-        from .runfolder import unfinished_note
+        from .runrecords import unfinished_note
         note = unfinished_note(run, lang)
         if note:
             d.notes.append(note)

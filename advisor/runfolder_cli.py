@@ -29,7 +29,7 @@ def diagnose_folder(folder, all_, config_path, gpu, model, params, fmt, lang, wr
     picked = [pick(r) for r in (runs if all_ else runs[:1])]
     for run in picked:
         run.others = [r for r in runs if r != run.folder] if not all_ else []
-    diagnoses, bad = [], False
+    diagnoses = []
     for run in picked:
         target = config_path or run.config
         if write and not target:
@@ -43,7 +43,6 @@ def diagnose_folder(folder, all_, config_path, gpu, model, params, fmt, lang, wr
             if not all_:
                 raise
             click.echo(f"oom-doctor: {e}", err=True)     # one run without a log: the others still count
-            bad = True
             continue
         if write:
             from .patch import write_patched
@@ -51,7 +50,7 @@ def diagnose_folder(folder, all_, config_path, gpu, model, params, fmt, lang, wr
             click.echo(inert_name(write_patched(d, target, output, log_path=run.log)), err=True)
             output = None
         diagnoses.append(d)
-    if not diagnoses:
+    if not diagnoses:                       # each run's line is on stderr already
         sys.exit(2)
     output = _open_target(output, open_)
     color = use_color() and not output
@@ -67,7 +66,7 @@ def diagnose_folder(folder, all_, config_path, gpu, model, params, fmt, lang, wr
     _emit(text, output)
     _open_report(output, open_)
     oom = any(d.verdict in ("device_oom", "host_oom") for d in diagnoses)
-    sys.exit(EXIT_OOM if oom else 2 if bad and not diagnoses else EXIT_OK)
+    sys.exit(EXIT_OOM if oom else EXIT_OK)
 
 
 def is_folder(path):

@@ -213,3 +213,43 @@ def test_triage_takes_each_run_folder_as_one_report():
          f"llamaboard/saves/Qwen2.5-7B-Instruct/lora/{OLD}"])
     report = run_triage([str(RUNS)], jobs=1)
     assert report["summary"]["files"] == 4 and report["summary"]["ooms"] == 3 and not report["errors"]
+
+
+# ---- goldens ---------------------------------------------------------------------------------------
+GOLDENS = {"llamaboard": LB, "hf-trainer": RUNS / "hf-trainer" / "llama32-3b-full",
+           "axolotl": RUNS / "axolotl" / "qlora-mistral-v03"}
+
+
+@pytest.mark.parametrize("name", sorted(GOLDENS))
+def test_sample_folder_golden(name, tmp_path):
+    """The reviewed diagnosis of each sample folder (OOM_DOCTOR_BLESS=1 rewrites it after a reviewed
+    change); the LLaMA Board tree is copied with mtimes that make its newest run the newest."""
+    from test_samples import BLESS, projection
+    folder = lb_copy(tmp_path) if name == "llamaboard" else GOLDENS[name].relative_to(ROOT)
+    rc, d = as_json(folder)
+    rf = d["run_folder"]
+    got = {"run_folder": {k: (os.path.relpath(v, rf["folder"]) if k in ("log", "config", "records") and v else v)
+                          for k, v in rf.items() if k not in ("folder", "line", "other_runs")},
+           "other_runs": [os.path.basename(r) for r in rf["other_runs"]],
+           **{k: v for k, v in _projection_of(d, projection).items() if k != "source"}}
+    golden = RUNS / f"{name}.expected.json"
+    if BLESS or not golden.exists():
+        golden.write_text(json.dumps(got, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    assert got == json.loads(golden.read_text(encoding="utf-8"))
+
+
+def _projection_of(d, projection):
+    class J:                                  # test_samples.projection reads a Diagnosis's JSON
+        def to_json_dict(self):
+            return d
+    return projection(J())
+
+
+def test_all_reports_a_run_without_a_log_and_diagnoses_the_others(tmp_path):
+    lora = lb_copy(tmp_path)
+    bare = lora / "train_2025-03-03-08-00-00"
+    bare.mkdir()
+    shutil.copy(LB / NEW / "training_args.yaml", bare / "training_args.yaml")
+    rc, out, err = cli(lora, "--all", "--format", "json")
+    assert rc == 1 and len(json.loads(out)["runs"]) == 2
+    assert err.count("\n") == 1 and "train_2025-03-03-08-00-00" in err and "no log" in err
