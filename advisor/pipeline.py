@@ -75,7 +75,7 @@ def diagnose_any(path, **kw):
         if not runs:
             from .reader import InputError
             from .runfolder import WHAT_A_RUN_HOLDS
-            raise InputError(f"{path}: is a directory with no training run in it (looked for {WHAT_A_RUN_HOLDS})")
+            raise InputError(f"{path}: is a directory with no training run in it (looked for {WHAT_A_RUN_HOLDS}; a folder of many logs: oom-doctor triage DIR)")
         run = pick(runs[0])
         run.others = runs[1:]
         return diagnose_run(run, **kw)

@@ -21,7 +21,7 @@ def diagnose_folder(folder, all_, config_path, gpu, model, params, fmt, lang, wr
     from .runfolder import WHAT_A_RUN_HOLDS, find_runs, pick
     runs = find_runs(folder)
     if not runs:
-        fail(f"{folder}: is a directory with no training run in it (looked for {WHAT_A_RUN_HOLDS})")
+        fail(f"{folder}: is a directory with no training run in it (looked for {WHAT_A_RUN_HOLDS}; a folder of many logs: oom-doctor triage DIR)")
     if all_ and write:
         fail("--write patches one run's config: name that run's folder, without --all")
     if all_ and fmt == "html":

@@ -379,7 +379,11 @@ def triage(paths, fmt, jobs, lang, output):
     tty = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
     if output:
         from .files import refuse_input_as_output
-        refuse_input_as_output(output, list(paths) + expand(paths)[0])
+        found = expand(paths)[0]
+        from .runfolder import pick          # a run folder's log and config are inputs too
+        runs = [pick(d) for d in found if os.path.isdir(d)]
+        inside = [f for r in runs for f in (r.log, r.config)]
+        refuse_input_as_output(output, list(paths) + found + inside)
     jobs = capped_jobs(jobs)
     report = run_triage(paths, lang or default_lang(), jobs, tty)
     if report is None:

@@ -253,3 +253,27 @@ def test_all_reports_a_run_without_a_log_and_diagnoses_the_others(tmp_path):
     rc, out, err = cli(lora, "--all", "--format", "json")
     assert rc == 1 and len(json.loads(out)["runs"]) == 2
     assert err.count("\n") == 1 and "train_2025-03-03-08-00-00" in err and "no log" in err
+
+
+def test_hostile_file_names_stay_inert_and_o_never_names_the_runs_files(tmp_path):
+    run = tmp_path / "run\x1b[2Jx"
+    run.mkdir()
+    (run / "evil\x1b]0;pwned\x07.log").write_text(oom_terminal_without_bar(), encoding="utf-8")
+    shutil.copy(LB / NEW / "training_args.yaml", run / "training_args.yaml")
+    for fmt in ("text", "markdown", "json", "html"):
+        rc, out, err = cli(run, "--format", fmt)
+        assert rc == 1, err
+        assert "\x1b" not in out and "\x07" not in out
+    rc, _, err = cli(run, "-o", run / "training_args.yaml")
+    assert rc == 2 and "is the input" in err
+    assert (run / "training_args.yaml").read_bytes() == (LB / NEW / "training_args.yaml").read_bytes()
+
+
+def test_triage_o_never_names_a_run_folders_files(tmp_path):
+    run = tmp_path / "runs" / NEW
+    shutil.copytree(LB / NEW, run)
+    before = (run / "training_args.yaml").read_bytes()
+    p = subprocess.run([sys.executable, "-m", "advisor.cli", "triage", str(tmp_path / "runs"), "-o",
+                        str(run / "training_args.yaml")], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert p.returncode == 2 and "is the input" in p.stderr
+    assert (run / "training_args.yaml").read_bytes() == before
