@@ -50,9 +50,11 @@ def diagnose_run(run, config_path=None, lang="en", gpu=None, model=None, params=
     """A run folder (runfolder.Run): its log, or a log made of its records, with its own config."""
     from .runfolder import open_log
     from .runrecords import apply_records
+    if config_path:                           # --config beats the folder's own: the line names what was read
+        run.config = config_path
     name, stream = open_log(run)
     try:
-        d = diagnose_stream(stream, name, config_path or run.config, lang, gpu, model, params, with_plan,
+        d = diagnose_stream(stream, name, run.config, lang, gpu, model, params, with_plan,
                             adjust=lambda t: apply_records(run, t))
     finally:
         stream.close()

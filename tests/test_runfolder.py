@@ -277,3 +277,11 @@ def test_triage_o_never_names_a_run_folders_files(tmp_path):
                         str(run / "training_args.yaml")], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert p.returncode == 2 and "is the input" in p.stderr
     assert (run / "training_args.yaml").read_bytes() == before
+
+
+def test_config_option_beats_the_folders_config_and_is_named():
+    folder = (RUNS / "axolotl" / "qlora-mistral-v03").relative_to(ROOT)
+    other = SAMPLES.relative_to(ROOT) / "axolotl-qlora-oom.yaml"
+    rc, d = as_json(folder, "--config", other)
+    assert d["run_folder"]["config"] == str(other) and f"--- {other}" in d["patch"]
+    assert "axolotl-qlora-oom.yaml" in d["run_folder"]["line"]
