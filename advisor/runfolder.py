@@ -39,7 +39,7 @@ CONFIG_SUFFIXES = (".yaml", ".yml", ".sh", ".bash", ".json")
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
 MAX_WEAK_LOGS = 3           # a folder of many logs beside one config is a support inbox, not a run
 MAX_DIRS = 2000             # folders looked into when searching for runs below DIR
-DEPTH = 4                   # saves/<model>/<method>/<run>: a run three levels below DIR is still found
+DEPTH = 6                   # LLaMA-Factory/saves/<model>/<method>/<run> is four levels down; two to spare
 TAIL = 256 << 10            # a log's last bytes, searched for a failure
 FAILURE = (b"out of memory", b"Traceback (most recent", b"Killed", b"OutOfMemory", b"MemoryError", b"exitcode",
            b"ALLOC_FAILED", b"EL0004", b"SIGKILL", b"Signal 9")
