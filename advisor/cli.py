@@ -79,12 +79,19 @@ def cli():
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report (or with --write, the patched config) here.")
 @click.option("--open", "open_", is_flag=True,
               help="Open the HTML report in the default browser (implies --format html; without -o, a temporary file).")
-def diagnose(log, config_path, gpu, model, params, fmt, lang, write, output, open_):
-    """Diagnose one training log (a path, or - / nothing for stdin)."""
+@click.option("--all", "all_", is_flag=True, help="LOG is a folder of runs: diagnose each, not only the newest.")
+def diagnose(log, config_path, gpu, model, params, fmt, lang, write, output, open_, all_):
+    """Diagnose one training log (a path, or - / nothing for stdin), or a run's output folder."""
     from .pipeline import diagnose_path
     from .render import render
+    from .runfolder_cli import diagnose_folder, is_folder
     lang = lang or default_lang()
     check_gpu(gpu)
+    if is_folder(log):                      # a run folder: the log, config and records it holds
+        diagnose_folder(log, all_, config_path, gpu, model, params, _open_format(fmt, open_), lang, write,
+                        output, open_)
+    if all_:
+        fail("--all needs a folder of runs (oom-doctor diagnose saves/…/ --all)")
     if write and not config_path:
         fail("--write needs --config FILE (the file to patch)")
     from .files import refuse_input_as_output

@@ -59,9 +59,13 @@ class Diagnosis(Record):
     conflicts: List[dict] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
     basis: dict = field(default_factory=dict)      # what decided the phase and the component
+    run_folder: Optional[dict] = None              # the files a run folder's diagnosis used (runfolder.py)
 
     def to_json_dict(self):
-        return {"schema": SCHEMA, **self.model_dump()}
+        out = {"schema": SCHEMA, **self.model_dump()}
+        if out["run_folder"] is None:       # only a run folder's report has it: a log's JSON is as before
+            del out["run_folder"]
+        return out
 
 
 def _decisive(signals):

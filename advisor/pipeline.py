@@ -25,9 +25,12 @@ def diagnose_text(text, config_path=None, lang="en", source="<text>", **kw):
     return diagnose_stream(io.BytesIO(data), source, config_path, lang, **kw)
 
 
-def diagnose_stream(stream, source, config_path=None, lang="en", gpu=None, model=None, params=None, with_plan=True):
+def diagnose_stream(stream, source, config_path=None, lang="en", gpu=None, model=None, params=None, with_plan=True,
+                    adjust=None):
     from .fastpath import timeline_of
     timeline = timeline_of(stream, source)
+    if adjust is not None:                    # a run folder's per-step records add to the log's progress
+        adjust(timeline)
     config = load_config(config_path) if config_path else None
     if config is None:                        # no file: the launch command the log echoes, if any
         from .config import config_from_log
@@ -41,3 +44,41 @@ def diagnose_stream(stream, source, config_path=None, lang="en", gpu=None, model
         complete(diagnosis, config=config, gpu=gpu, model=model, params=params)
     return diagnosis
 
+
+
+def diagnose_run(run, config_path=None, lang="en", gpu=None, model=None, params=None, with_plan=True):
+    """A run folder (runfolder.Run): its log, or a log made of its records, with its own config."""
+    from .runfolder import open_log
+    from .runrecords import apply_records
+    if config_path:                           # --config beats the folder's own: the line names what was read
+        run.config = config_path
+    name, stream = open_log(run)
+    try:
+        d = diagnose_stream(stream, name, run.config, lang, gpu, model, params, with_plan,
+                            adjust=lambda t: apply_records(run, t))
+    finally:
+        stream.close()
+    d.run_folder = run.to_json()
+    if d.verdict == "no_failure":
+        from .runrecords import unfinished_note
+        note = unfinished_note(run, lang)
+        if note:
+            d.notes.append(note)
+    d.run_folder["line"] = run.line(lang)
+    return d
+
+
+def diagnose_any(path, **kw):
+    """A log file, or a run folder (its newest run)."""
+    import os
+    if path not in (None, "-") and os.path.isdir(path):
+        from .runfolder import find_runs, pick
+        runs = find_runs(path)
+        if not runs:
+            from .reader import InputError
+            from .runfolder import WHAT_A_RUN_HOLDS
+            raise InputError(f"{path}: is a directory with no training run in it (looked for {WHAT_A_RUN_HOLDS}; a folder of many logs: oom-doctor triage DIR)")
+        run = pick(runs[0])
+        run.others = runs[1:]
+        return diagnose_run(run, **kw)
+    return diagnose_path(path, **kw)

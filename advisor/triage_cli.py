@@ -44,13 +44,20 @@ def _looks_like_text(path):
 
 
 def _wanted(path):
+    if os.path.isdir(path):         # only run folders come out of _walk as folders
+        return True
     name = os.path.basename(path)
     suffix = os.path.splitext(name)[1].lower()
     return suffix in SUFFIXES or (not suffix and _looks_like_text(path))
 
 
 def _walk(folder):
+    from .runfolder import is_run
     for root, dirs, files in os.walk(folder):
+        if is_run(root):            # a run's output folder is one report (its log, config, records)
+            dirs[:] = []
+            yield root
+            continue
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))     # .git, .venv: never logs
         for name in sorted(files):
             if not name.startswith("."):
@@ -101,7 +108,7 @@ def expand(args):
 
 def _diagnose_one(path, lang):
     """(slim diagnosis dict, None) or (None, one-line error); never raises."""
-    from .pipeline import diagnose_path
+    from .pipeline import diagnose_any
     from .reader import InputError
     from .triage import signature
     from .files import os_error, why_not_regular
@@ -109,11 +116,11 @@ def _diagnose_one(path, lang):
         st = os.stat(path)
     except OSError as e:
         return None, _without_path(str(os_error(path, e)), path)
-    if not stat.S_ISREG(st.st_mode):
+    if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
         return None, why_not_regular(st.st_mode, "log file") + "; skipped"
     try:
         # No plan here: it costs ~7 % of a diagnosis and only the representatives' plans are shown.
-        d = diagnose_path(path, lang=lang, with_plan=False).to_json_dict()
+        d = diagnose_any(path, lang=lang, with_plan=False).to_json_dict()
     except InputError as e:
         return None, _without_path(str(e), path)
     except Exception as e:          # a crash on one file must not lose the other 9 999
@@ -124,8 +131,10 @@ def _diagnose_one(path, lang):
     slim["memory"] = {k: d["memory"].get(k) for k in _MEM_KEYS}
     slim["facts"] = {k: d["facts"].get(k) for k in _FACT_KEYS}
     slim["signature"] = signature(d)    # computed in the worker: the parent only groups
+    if d.get("run_folder"):
+        slim["run_folder"] = {k: d["run_folder"][k] for k in ("log", "config", "records")}
     try:
-        slim["mtime"] = os.path.getmtime(path)
+        slim["mtime"] = os.path.getmtime(d["run_folder"]["log"] or path) if d.get("run_folder") else os.path.getmtime(path)
     except OSError:
         slim["mtime"] = None
     return slim, None
@@ -197,7 +206,7 @@ def capped_jobs(jobs):
 
 def run_triage(args, lang="en", jobs=None, tty=False):
     """PATH arguments -> the triage/v1 report as a dict (None when no file matched at all)."""
-    from .pipeline import diagnose_path
+    from .pipeline import diagnose_any
     from .triage import group, reply, summary
     files, missing = expand(args)
     if not files:
@@ -211,7 +220,7 @@ def run_triage(args, lang="en", jobs=None, tty=False):
     groups = group(diagnoses, lang)
     for g in groups:                # the reply quotes the representative's plan: diagnose it fully once
         try:
-            full = diagnose_path(g.representative, lang=lang).to_json_dict()
+            full = diagnose_any(g.representative, lang=lang).to_json_dict()
         except Exception:           # it was read a moment ago; keep the rule's ladder if it is gone now
             continue
         g.title, g.reply = reply(g, full, lang)
@@ -370,7 +379,11 @@ def triage(paths, fmt, jobs, lang, output):
     tty = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
     if output:
         from .files import refuse_input_as_output
-        refuse_input_as_output(output, list(paths) + expand(paths)[0])
+        found = expand(paths)[0]
+        from .runfolder import pick          # a run folder's log and config are inputs too
+        runs = [pick(d) for d in found if os.path.isdir(d)]
+        inside = [f for r in runs for f in (r.log, r.config)]
+        refuse_input_as_output(output, list(paths) + found + inside)
     jobs = capped_jobs(jobs)
     report = run_triage(paths, lang or default_lang(), jobs, tty)
     if report is None:

@@ -11,7 +11,7 @@ def render_markdown(d, lang="en"):
     # values from the log and the config are escaped (md_text) or fenced (md_fence): a config value
     # holding ``` or <img> must not close a block or render as markup in the issue it is pasted into.
     # The rules' own texts (title, summary, explanation, why) are ours, with code spans meant as such.
-    out = [f"### {headline(d, lang)}", "", d.summary, "",
+    out = [f"### {headline(d, lang)}", ""] + ([md_text(d.run_folder["line"]), ""] if d.run_folder else []) + [d.summary, "",
            f"| {L('phase')} | {L('component')} | {L('rule')} |", "|---|---|---|",
            f"| {L(d.phase)} | {L(d.component)} | `{d.rule}`" + (f"（{L('confidence')} {d.confidence:.2f}）" if zh else f" ({d.confidence:.2f})")
            + " |", ""]

@@ -45,6 +45,8 @@ def render_text(d, lang="en", color=False):
     sep = colon(lang)
     bad = d.verdict in ("device_oom", "host_oom")
     out = [_c(headline(d, lang), "red" if bad else "green", color), "", d.summary, ""]
+    if d.run_folder:                        # which files of the run folder were read, in one line
+        out[1:1] = [_c(d.run_folder["line"], "dim", color)]
     conf = f"（{L('confidence')} {d.confidence:.2f}）" if zh else f" ({L('confidence')} {d.confidence:.2f})"
     out.append(f"  {L('phase')}{sep}{L(d.phase)}    {L('component')}{sep}{L(d.component)}    "
                f"{L('rule')}{sep}{d.rule}{conf}")
