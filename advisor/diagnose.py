@@ -59,6 +59,7 @@ class Diagnosis(Record):
     conflicts: List[dict] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
     basis: dict = field(default_factory=dict)      # what decided the phase and the component
+    snapshot: Optional[dict] = None                # read from a PyTorch memory snapshot (memsnap_diag.py)
 
     def to_json_dict(self):
         return {"schema": SCHEMA, **self.model_dump()}
