@@ -144,7 +144,7 @@ def _int(v):
 
 
 def _frames(v):
-    return [f for f in v if isinstance(f, dict)] if isinstance(v, list) else []
+    return v if isinstance(v, list) else []      # entries that are not dicts are dropped when read
 
 
 def _block(b):

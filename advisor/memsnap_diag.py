@@ -66,6 +66,21 @@ def site_of(frames, comp="unknown", what=""):
     return f"{str(f.get('filename', '')).rsplit('/', 1)[-1]}:{f.get('line', '?')}:{f.get('name', '?')}"
 
 
+def _classify(frames, seen):
+    """(component, site) of one stack; a training loop allocates from the same few stacks over and
+    over, so each distinct stack is read once."""
+    try:
+        key = tuple((f.get("filename"), f.get("name"), f.get("line")) for f in frames)
+    except AttributeError:                   # a damaged file: a frame that is not a dict is skipped
+        frames = [f for f in frames if isinstance(f, dict)]
+        key = tuple((f.get("filename"), f.get("name"), f.get("line")) for f in frames)
+    hit = seen.get(key)
+    if hit is None:
+        comp, what = component_of(frames)
+        hit = seen[key] = (comp, site_of(frames, comp, what))
+    return hit
+
+
 def measure(snap):
     """The allocator's state on the OOM device (else the fullest one), as plain numbers and tables."""
     devices = {s.device for s in snap.segments}
@@ -75,7 +90,7 @@ def measure(snap):
     request = snap.oom.get("size") if snap.oom else None
     # a request above 1 MiB can only be served by the large pool (CUDACachingAllocator get_pool)
     large = request is None or request > SMALL_SIZE
-    sums, by_comp, sites, holes = defaultdict(int), defaultdict(int), {}, []
+    sums, by_comp, sites, holes, seen = defaultdict(int), defaultdict(int), {}, [], {}
     for s in segs:
         for b in s.blocks:
             sums[b.state] += b.size
@@ -85,9 +100,9 @@ def measure(snap):
                 continue
             for p in b.parts or [None]:
                 size, frames = (p.size, p.frames) if p is not None else (b.size, [])
-                comp, what = component_of(frames)
+                comp, where = _classify(frames, seen)
                 by_comp[comp] += size
-                site = sites.setdefault(site_of(frames, comp, what), {"component": comp, "bytes": 0, "count": 0})
+                site = sites.setdefault(where, {"component": comp, "bytes": 0, "count": 0})
                 site["bytes"] += size
                 site["count"] += 1
     holes.sort(reverse=True)
@@ -98,7 +113,7 @@ def measure(snap):
         "allocated": sums[ACTIVE], "pending_free": sums[PENDING], "inactive": sums[INACTIVE],
         "request": request, "device_free": snap.oom.get("device_free") if snap.oom else None,
         "largest_free": holes[0] if holes else 0, "holes": holes[:5], "by_component": dict(by_comp),
-        "top": [{"site": k, **v} for k, v in top], "oom_frames": snap.oom.get("frames", []) if snap.oom else [],
+        "top": [{"site": k, **v} for k, v in top], "oom_frames": [f for f in (snap.oom or {}).get("frames") or [] if isinstance(f, dict)],
         "expandable_segments": snap.settings.get("expandable_segments"), "oom_count": snap.oom_count,
     }
 

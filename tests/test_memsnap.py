@@ -137,3 +137,26 @@ def test_pytorch_pool_rule_small_holes_do_not_serve_a_large_request(tmp_path):
     d = _diag(tmp_path, b.oom(512 * MIB, 10 * MIB, snapfix.ACTS))
     assert d.memory["largest_free_block_gib"] == pytest.approx(600 / 1024, abs=1e-4)
     assert d.component != "fragmentation"
+
+
+def test_the_oom_device_is_measured_not_the_first(tmp_path):
+    quiet = snapfix.Builder().segment([(8 * GIB, "active_allocated", snapfix.WEIGHTS)]).data()
+    busy = snapfix.activations_first_step().data()
+    for seg in busy["segments"]:
+        seg["device"] = 1
+    data = {"segments": quiet["segments"] + busy["segments"], "device_traces": [quiet["device_traces"][0],
+                                                                                 busy["device_traces"][0]]}
+    d = diagnose_text(pickle.dumps(data))
+    assert d.memory["device_index"] == 1 and d.memory["allocated_by_pytorch_gib"] == 22.0
+    assert d.snapshot["device"] == 1
+
+
+def test_a_bare_segment_list_and_pre_state_flags_are_read(tmp_path):
+    """torch.cuda.memory_snapshot() pickled: a list of segments; old blocks say allocated/active."""
+    segs = snapfix.activations_first_step().data()["segments"]
+    for seg in segs:
+        for b in seg["blocks"]:
+            b["allocated"] = b.pop("state") == "active_allocated"
+    d = diagnose_text(pickle.dumps(segs))
+    assert d.verdict == "no_failure" and d.memory["reserved_gib"] == pytest.approx(22 + 20 / 1024, abs=1e-4)
+    assert d.snapshot["live_by_component_gib"] == {"weights": 14.0, "activations": 8.0}
