@@ -39,10 +39,24 @@ def _pump(src_fd, sinks, lock, log):
             log.flush()
 
 
+def _like_our_terminal(fd):
+    """The child's terminal: our window size (bars fit), and '\n' left as it is (no '\r\n' in the log)."""
+    import fcntl
+    import termios
+    try:
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, fcntl.ioctl(sys.stdout.fileno(), termios.TIOCGWINSZ, b"\0" * 8))
+        attrs = termios.tcgetattr(fd)
+        attrs[1] &= ~termios.ONLCR
+        termios.tcsetattr(fd, termios.TCSANOW, attrs)
+    except OSError:
+        pass
+
+
 def _spawn(cmd, env, tty):
     if tty:
         import pty
         master, slave = pty.openpty()
+        _like_our_terminal(slave)
         p = subprocess.Popen(cmd, stdout=slave, stderr=slave, env=env)
         os.close(slave)
         return p, [(master, [sys.stdout.buffer])]

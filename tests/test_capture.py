@@ -130,3 +130,49 @@ def test_with_real_torch_and_no_gpu_the_hook_stays_out_of_the_way(tmp_path):
     (tmp_path / "t.py").write_text("import torch\nprint(torch.ones(2).sum().item())\n")
     p = run_cli(tmp_path, "--", sys.executable, "t.py")
     assert p.returncode == 0 and p.stdout == b"2.0\n"
+
+
+@pytest.mark.skipif(os.name != "posix", reason="pseudo-terminals are POSIX")
+def test_on_a_terminal_the_command_sees_one_and_the_log_keeps_its_bytes(tmp_path):
+    import pty
+    (tmp_path / "term.py").write_text("import sys\nsys.stdout.write('tty=%s\\n\\x1b[1mbar\\r' % sys.stdout.isatty())\n")
+    master, slave = pty.openpty()
+    e = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.Popen([sys.executable, "-m", "advisor.cli", "run", "--log", "t.log", "--", sys.executable,
+                          "term.py"], stdout=slave, stderr=slave, stdin=subprocess.DEVNULL, cwd=tmp_path, env=e)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    assert p.wait(timeout=60) == 0
+    os.close(master)
+    assert (tmp_path / "t.log").read_bytes() == b"tty=True\n\x1b[1mbar\r"
+    assert b"tty=True" in seen
+
+
+def test_sigterm_to_run_reaches_the_command(tmp_path):
+    import signal
+    import time
+    (tmp_path / "sleeper.py").write_text(textwrap.dedent("""
+        import signal, sys, time
+        def bye(*_):
+            open("got-term", "w").close()
+            sys.exit(7)
+        signal.signal(signal.SIGTERM, bye)
+        print("ready", flush=True)
+        time.sleep(60)
+    """))
+    e = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.Popen([sys.executable, "-m", "advisor.cli", "run", "--", sys.executable, "sleeper.py"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, cwd=tmp_path, env=e)
+    assert p.stdout.readline() == b"ready\n"
+    time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=60) == 7
+    assert (tmp_path / "got-term").exists()
