@@ -230,6 +230,9 @@ def _evidence(m):
         return []
     ev = [Evidence(line=0, text=f"snapshot oom event: request {_mib(m['request'])}, CUDA free "
                    f"{_mib(m['device_free'] or 0)}, device {m['device']}", marker="oom_error")]
-    for f in _py(m["oom_frames"])[:2]:
+    py = _py(m["oom_frames"])
+    # the allocating frame, and the first frame of the program or framework that called into torch
+    mine = [f for f in py if "/torch/" not in str(f.get("filename", "")).replace("\\", "/")]
+    for f in ([py[0]] if py else []) + [f for f in mine[:1] if f is not (py[0] if py else None)]:
         ev.append(Evidence(line=0, text=f"{f.get('filename')}: {f.get('name')}", marker="frame"))
     return ev
