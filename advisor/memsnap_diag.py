@@ -170,7 +170,7 @@ def diagnose_snapshot(stream, source, config_path=None, lang="en", gpu=None, mod
         from .config import load_config
         config = load_config(config_path)
     d = diagnose_timeline(t, lang=lang, facts=config.facts if config else None)
-    _refine(d, m, total, lang)
+    _refine(d, m, lang)
     d.facts["step"] = None                  # the step above was a phase hint; the snapshot has no step number
     if config is not None:
         d.conflicts = config.conflicts_with(t.facts)
@@ -180,7 +180,7 @@ def diagnose_snapshot(stream, source, config_path=None, lang="en", gpu=None, mod
     return d
 
 
-def _refine(d, m, total, lang):
+def _refine(d, m, lang):
     from .rules import rules_by_id
     g = lambda n: None if n is None else round_gib(n / GIB, 4)  # noqa: E731
     live = {k: g(v) for k, v in sorted(m["by_component"].items(), key=lambda kv: -kv[1])}

@@ -84,7 +84,7 @@ FAKE_TORCH = textwrap.dedent("""
             f.write(SNAPSHOT)
     recorded = []
     memory = types.SimpleNamespace(_record_memory_history=lambda **kw: recorded.append(kw), _dump_snapshot=_dump_snapshot)
-    cuda = types.SimpleNamespace(is_available=lambda: True, memory=memory)
+    cuda = types.SimpleNamespace(_lazy_call=lambda fn: fn(), memory=memory)   # as if CUDA were initialised
     def oom():
         for fn in _observers:
             fn(0, 2 << 30, 22 << 30, 700 << 20)

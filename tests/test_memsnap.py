@@ -3,6 +3,8 @@ cut files refused in one line (issue 19)."""
 
 import json
 import pickle
+import re
+
 import pytest
 
 import snapfix
@@ -160,3 +162,34 @@ def test_a_bare_segment_list_and_pre_state_flags_are_read(tmp_path):
     d = diagnose_text(pickle.dumps(segs))
     assert d.verdict == "no_failure" and d.memory["reserved_gib"] == pytest.approx(22 + 20 / 1024, abs=1e-4)
     assert d.snapshot["live_by_component_gib"] == {"weights": 14.0, "activations": 8.0}
+
+
+def _memory_viz():
+    """PyTorch's own reader (torch/cuda/_memory_viz.py imports only the standard library), loaded by
+    path so that torch itself is not imported; None where torch is not installed."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return None
+    path = Path(spec.origin).parent / "cuda" / "_memory_viz.py"
+    if not path.is_file():
+        return None
+    mod_spec = importlib.util.spec_from_file_location("_oom_doctor_memory_viz", path)
+    mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("build", [snapfix.activations_first_step, snapfix.fragmentation, snapfix.optimizer_first_step])
+def test_pytorchs_own_reader_agrees_with_the_fixtures(build):
+    """Run once where torch is installed (checked with PyTorch 2.14.1); skipped elsewhere."""
+    mv = _memory_viz()
+    if mv is None:
+        pytest.skip("torch is not installed")
+    data = build().data()
+    summary, trace = mv.segsum(data), mv.trace(data)     # segsum asserts every segment adds up
+    d = diagnose_text(pickle.dumps(data))
+    reserved = float(re.search(r"total_reserved: ([\d.]+)GiB", summary).group(1))
+    assert reserved == pytest.approx(d.memory["reserved_gib"], rel=0.02)
+    assert "raise OutOfMemoryError" in trace

@@ -1,7 +1,7 @@
 """Loaded by every Python process `oom-doctor run` starts (PYTHONPATH): arm torch when it is imported.
 
 Nothing happens unless the program imports torch itself: this module never imports it. When it
-does, memory history is recorded and an OOM observer dumps a snapshot — PyTorch's own recipe
+does, memory history is recorded from CUDA's first use and an OOM observer dumps a snapshot — PyTorch's own recipe
 (torch.cuda.memory._record_memory_history, torch._C._cuda_attach_out_of_memory_observer, then
 _dump_snapshot; docs/source/torch_cuda_memory.md). Any failure here is swallowed: the user's run
 must behave exactly as without us. A sitecustomize of the user's own is still run afterwards.
@@ -23,9 +23,18 @@ def _path():
 
 
 def _arm(torch):
+    """Queue the recording for when the program itself initialises CUDA: we never create a context,
+    and processes that multiprocessing started (DataLoader workers) are left alone."""
     try:
-        if not torch.cuda.is_available():
-            return
+        import multiprocessing
+        if multiprocessing.parent_process() is None:
+            torch.cuda._lazy_call(lambda: _record(torch))
+    except Exception:
+        pass
+
+
+def _record(torch):
+    try:                                     # an exception here would surface as the program's own
         torch.cuda.memory._record_memory_history(max_entries=int(os.environ.get("OOM_DOCTOR_MAX_ENTRIES", "100000")))
 
         def observer(device, alloc, device_alloc, device_free):
