@@ -17,6 +17,7 @@ torch/cuda/_memory_viz.py `_block_extra`/`_block_extra_legacy`, torch/csrc/cuda/
 - the `oom` trace entry carries the request `size` and the `device_free` CUDA reported.
 """
 
+import io
 import os
 import pickle
 from dataclasses import dataclass, field
@@ -48,34 +49,35 @@ class _Plain(pickle.Unpickler):
         raise Refused("a persistent object")
 
 
-class _Capped:
-    """Reads of at most MAX_BYTES: a stream (stdin) has no size to check beforehand."""
+class _Capped(io.RawIOBase):
+    """Reads of at most MAX_BYTES (a stream such as stdin has no size to check beforehand), under a
+    1 MiB buffer: the C unpickler then peeks into it instead of calling read() for every opcode."""
 
     def __init__(self, stream, limit):
+        super().__init__()
         self._s, self._left = stream, limit
 
-    def _take(self, data):
+    def readable(self):
+        return True
+
+    def readinto(self, buf):
+        data = self._s.read(len(buf))
         self._left -= len(data)
         if self._left < 0:
-            raise InputError(f"snapshot larger than {MAX_BYTES / 2**30:.0f} GB (OOM_DOCTOR_SNAPSHOT_MAX_GB raises the cap)")
-        return data
-
-    def read(self, n=-1):
-        return self._take(self._s.read(n))
-
-    def readline(self, n=-1):
-        return self._take(self._s.readline(n))
+            raise InputError(f"snapshot larger than {MAX_BYTES / 2**30:g} GB (OOM_DOCTOR_SNAPSHOT_MAX_GB raises the cap)")
+        buf[:len(data)] = data
+        return len(data)
 
 
 def load(stream, source):
     """The snapshot's plain data, or InputError (one line): refused, truncated, damaged or too big."""
     fd = _fileno(stream)
     if fd is not None and os.fstat(fd).st_size > MAX_BYTES:
-        raise InputError(f"{source}: snapshot larger than {MAX_BYTES / 2**30:.0f} GB "
+        raise InputError(f"{source}: snapshot larger than {MAX_BYTES / 2**30:g} GB "
                          f"(OOM_DOCTOR_SNAPSHOT_MAX_GB raises the cap)")
     try:
-        # the C unpickler reads the file in buffered chunks: the bytes are never held whole
-        data = _Plain(_Capped(stream, MAX_BYTES)).load()
+        # read in buffered chunks: the file's bytes are never held whole, only what they build
+        data = _Plain(io.BufferedReader(_Capped(stream, MAX_BYTES), 1 << 20)).load()
     except Refused as e:
         raise InputError(f"{source}: refused: the pickle asks for {e} — a memory snapshot holds only plain "
                          f"data, so this file is not one (nothing in it was run)") from None
