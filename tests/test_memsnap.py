@@ -198,7 +198,7 @@ def test_pytorchs_own_reader_agrees_with_the_fixtures(build):
 @pytest.mark.parametrize("via_stdin", [False, True])
 def test_a_snapshot_over_the_cap_is_refused_in_one_line(tmp_path, via_stdin):
     path = snapfix.fragmentation().write(tmp_path / "big.pickle")
-    env = {"OOM_DOCTOR_SNAPSHOT_MAX_GB": "0.00001"}
+    env = {"OOM_DOCTOR_SNAPSHOT_MAX_GB": "0.0000001"}
     rc, out, err = run("diagnose", "-", stdin=path.read_bytes(), env=env) if via_stdin else \
         run("diagnose", str(path), env=env)
     assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
