@@ -177,6 +177,8 @@ def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rul
     frames = frames_of(window)
     boundaries = [s.line for s in t.signals if s.kind != sig.CASCADE]
     memory, numbered = _memory(t, window)
+    from .tables import add_tables                   # memory_summary() and nvidia-smi pasted with the log
+    add_tables(memory, [ln.text for ln in window])
 
     if decisive is not None:
         repeats = {s.line for s in t.signals if s.kind == decisive.kind}

@@ -14,7 +14,7 @@ def _c(text, color, on):
 
 def memory_rows(memory, lang):
     keys = ("total_gib", "free_gib", "tried_gib", "allocated_by_pytorch_gib", "reserved_unallocated_gib", "reserved_gib",
-            "pending_free_gib", "largest_free_block_gib",
+            "pending_free_gib", "largest_free_block_gib", "non_releasable_gib",
             "process_in_use_gib", "other_processes_gib", "other_allocations_gib")
     return [(label(k, lang), fmt_gib(memory.get(k))) for k in keys if memory.get(k) is not None]
 
