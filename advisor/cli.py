@@ -1,4 +1,4 @@
-"""Command line: `oom-doctor diagnose|budget|triage|rules|explain`. Exit codes live here only.
+"""Command line: `oom-doctor diagnose|budget|triage|rules|explain|run`. Exit codes live here only.
 
 0 no OOM / fits, 1 OOM diagnosed / does not fit, 2 usage or input error (one line on stderr).
 Heavy modules are imported inside the commands so `--version` and `--help` start fast.
@@ -49,7 +49,7 @@ LANG = click.option("--lang", type=click.Choice(["en", "zh"]), default=None,
 
 class LazyGroup(click.Group):
     """Commands defined in other modules are imported when used, not at every start-up."""
-    lazy = {"triage": "advisor.triage_cli"}
+    lazy = {"triage": "advisor.triage_cli", "run": "advisor.capture", "capture": "advisor.capture"}
 
     def list_commands(self, ctx):
         return sorted(set(super().list_commands(ctx)) | set(self.lazy))
@@ -57,7 +57,7 @@ class LazyGroup(click.Group):
     def get_command(self, ctx, name):
         if name in self.lazy and name not in self.commands:
             import importlib
-            self.add_command(getattr(importlib.import_module(self.lazy[name]), name))
+            self.add_command(getattr(importlib.import_module(self.lazy[name]), name), name)
         return super().get_command(ctx, name)
 
 

@@ -60,6 +60,7 @@ class Diagnosis(Record):
     notes: List[str] = field(default_factory=list)
     basis: dict = field(default_factory=dict)      # what decided the phase and the component
     run_folder: Optional[dict] = None              # the files a run folder's diagnosis used (runfolder.py)
+    snapshot: Optional[dict] = None                # read from a PyTorch memory snapshot (memsnap_diag.py)
 
     def to_json_dict(self):
         out = {"schema": SCHEMA, **self.model_dump()}
@@ -191,6 +192,8 @@ def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rul
     frames = frames_of(window)
     boundaries = [s.line for s in t.signals if s.kind != sig.CASCADE]
     memory, numbered = _memory(t, window)
+    from .tables import add_tables                   # memory_summary() and nvidia-smi pasted with the log
+    add_tables(memory, [ln.text for ln in window])
 
     if decisive is not None:
         repeats = {s.line for s in t.signals if s.kind == decisive.kind}

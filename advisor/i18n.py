@@ -30,6 +30,10 @@ LABELS = {
         "activations_gib": "activations", "capacity_gib": "card capacity", "usable_gib": "usable",
         "total": "total (peak per GPU)", "headroom": "headroom", "assumptions": "Assumptions",
         "estimate_vs_log": "estimate vs. allocator",
+        "snapshot": "Memory snapshot", "snapshot_short": "snapshot", "snap_live": "live at the OOM",
+        "snap_holes": "largest free blocks", "snap_inactive": "cached and free in all", "snap_site": "allocated at",
+        "reserved_gib": "reserved by PyTorch", "pending_free_gib": "freed, awaiting a stream",
+        "largest_free_block_gib": "largest free block", "non_releasable_gib": "non-releasable",
     },
     "zh": {
         "verdict": "结论", "phase": "发生阶段", "component": "占用来源", "confidence": "置信度", "rule": "规则",
@@ -58,6 +62,10 @@ LABELS = {
         "activations_gib": "激活值", "capacity_gib": "显卡容量", "usable_gib": "可用显存",
         "total": "合计（单卡峰值）", "headroom": "余量", "assumptions": "假设",
         "estimate_vs_log": "估算与分配器对比",
+        "snapshot": "显存快照", "snapshot_short": "快照", "snap_live": "OOM 时仍在使用",
+        "snap_holes": "最大的空闲块", "snap_inactive": "已缓存的空闲显存共", "snap_site": "分配位置",
+        "reserved_gib": "PyTorch 已预留", "pending_free_gib": "已释放、等待其他 stream",
+        "largest_free_block_gib": "最大空闲块", "non_releasable_gib": "不可释放",
     },
 }
 

@@ -27,6 +27,10 @@ def diagnose_text(text, config_path=None, lang="en", source="<text>", **kw):
 
 def diagnose_stream(stream, source, config_path=None, lang="en", gpu=None, model=None, params=None, with_plan=True,
                     adjust=None):
+    from .memsnap import is_snapshot_head
+    if is_snapshot_head(_peek(stream)):        # told by content: a pickled PyTorch memory snapshot
+        from .memsnap_diag import diagnose_snapshot
+        return diagnose_snapshot(stream, source, config_path, lang, gpu, model, params, with_plan)
     from .fastpath import timeline_of
     timeline = timeline_of(stream, source)
     if adjust is not None:                    # a run folder's per-step records add to the log's progress
@@ -82,3 +86,15 @@ def diagnose_any(path, **kw):
         run.others = runs[1:]
         return diagnose_run(run, **kw)
     return diagnose_path(path, **kw)
+
+
+def _peek(stream, n=2):
+    """The first bytes, left unread: buffered files and stdin peek, others seek back."""
+    if hasattr(stream, "peek"):
+        return stream.peek(n)[:n]
+    if hasattr(stream, "seekable") and stream.seekable():
+        pos = stream.tell()
+        head = stream.read(n)
+        stream.seek(pos)
+        return head
+    return b""

@@ -115,6 +115,26 @@ def alloc_row(m, lang):
     return row
 
 
+def snapshot_row(d, lang):
+    """What a memory snapshot saw live at the OOM, by component, then the cache, then the request."""
+    snap, mem = d.snapshot, d.memory or {}
+    live = dict(snap["live_by_component_gib"])
+    other = sum(live.pop(k, 0.0) or 0.0 for k in list(live) if k not in COMPONENTS)
+    parts = [(k, live.get(k) or 0.0) for k in COMPONENTS] + [("overhead", other),
+                                                               ("reserved", mem.get("reserved_unallocated_gib") or 0.0)]
+    used = sum(v for _, v in parts)
+    tried = mem.get("tried_gib")
+    holes = ", ".join(gib(h) for h in snap["largest_free_blocks_gib"][:3]) or "—"
+    row = dict(name=label("snapshot", lang), kind="snapshot", parts=parts, total=used, used=used, tried=tried,
+               end=used + (tried or 0.0), fits=None,
+               names={"overhead": label("unknown", lang), "reserved": word("reserved", lang)})
+    row["items"] = [(label(k, lang) if k not in ("reserved", "overhead") else row["names"][k], gib(v))
+                    for k, v in parts if v] + [(label("snap_holes", lang), holes)] + \
+        ([(word("tried", lang), gib(tried))] if tried else []) + \
+        [(t["site"], f"{label(t['component'], lang)} {gib(t['gib'])}") for t in snap["top_allocations"][:3]]
+    return row
+
+
 # ---- the "after the plan" estimate ---------------------------------------------------------------
 def spec_of(d):
     """The Spec behind d.budget, rebuilt from the facts (None when it does not reproduce the budget)."""
@@ -184,7 +204,7 @@ def timeline(d, lang):
 def _events(d, lang):
     out = []
     for e in sorted(d.evidence, key=lambda e: e.line):
-        if e.marker in ("frame", "oom_numbers"):
+        if e.marker in ("frame", "oom_numbers") or e.line == 0:     # line 0: a snapshot's record, not a log line
             continue
         key = "ev_end" if e.marker in _END_MARKERS else f"ev_{e.marker}"
         name = word(key, lang) if key in WORDS["en"] else marker_name(e.marker, lang)
@@ -243,6 +263,8 @@ def render_html(d, lang="en"):
     if mem.get("total_gib") is not None and (mem.get("allocated_by_pytorch_gib") is not None or
                                               mem.get("free_gib") is not None):
         rows.append(alloc_row(mem, lang))
+    if d.snapshot and d.snapshot.get("live_by_component_gib"):
+        rows.append(snapshot_row(d, lang))
     if d.budget:
         spec = spec_of(d)
         if spec is not None and d.plan:

@@ -2,7 +2,7 @@
 
 from ..i18n import basis_line, colon, facts_line, label
 from ..safe import md_fence, md_text
-from .text import bases, conflict_text, fact_rows, headline, memory_rows, step_line
+from .text import bases, conflict_text, evidence_where, fact_rows, headline, memory_rows, snapshot_head, snapshot_lines, step_line
 
 
 def render_markdown(d, lang="en"):
@@ -22,6 +22,9 @@ def render_markdown(d, lang="en"):
     rows = memory_rows(d.memory, lang)
     if rows:
         out += [f"**{L('numbers')}**", "", "| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows] + [""]
+    if d.snapshot:
+        out += [f"**{md_text(snapshot_head(d.snapshot, lang))}**", ""] + md_fence("\n".join(
+            ln.strip() for ln in snapshot_lines(d.snapshot, lang))) + [""]
     if d.budget:
         from .budget_text import budget_lines
         out += [f"**{L('budget')}**", ""] + md_fence("\n".join(budget_lines(d.budget, lang, d.memory))) + [""]
@@ -40,7 +43,8 @@ def render_markdown(d, lang="en"):
                                                                                 for c in d.conflicts), ""]
     for note in d.notes:
         out += [f"> {md_text(note)}", ""]
-    evidence = "\n".join(f"{('~' if e.approximate else '') + str(e.line):>7}: {e.text[:200]}" for e in d.evidence)
+    where = [evidence_where(e, lang) for e in d.evidence]
+    evidence = "\n".join(f"{w:>7}{': ' if w[-1:].isdigit() else colon(lang)}{e.text[:200]}" for w, e in zip(where, d.evidence))
     out += [f"<details><summary>{L('evidence')}</summary>", ""] + md_fence(evidence) + ["", "</details>"]
     facts = fact_rows(d.facts)
     if facts:

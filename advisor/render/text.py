@@ -13,9 +13,36 @@ def _c(text, color, on):
 
 
 def memory_rows(memory, lang):
-    keys = ("total_gib", "free_gib", "tried_gib", "allocated_by_pytorch_gib", "reserved_unallocated_gib",
+    keys = ("total_gib", "free_gib", "tried_gib", "allocated_by_pytorch_gib", "reserved_unallocated_gib", "reserved_gib",
+            "pending_free_gib", "largest_free_block_gib", "non_releasable_gib",
             "process_in_use_gib", "other_processes_gib", "other_allocations_gib")
     return [(label(k, lang), fmt_gib(memory.get(k))) for k in keys if memory.get(k) is not None]
+
+
+def snapshot_lines(snap, lang):
+    """What a memory snapshot measured: live memory by component, the largest holes, the top sites."""
+    zh, L = lang == "zh", (lambda k: label(k, lang))  # noqa: E731
+    sep = "；" if zh else "; "
+    live = " · ".join(f"{L(k)} {fmt_gib(v)}" for k, v in snap["live_by_component_gib"].items()) or "—"
+    holes = ", ".join(fmt_gib(h) for h in snap["largest_free_blocks_gib"][:3]) or "—"
+    out = [f"  {L('snap_live')}{colon(lang)}{live}",
+           f"  {L('snap_holes')}{colon(lang)}{holes}{sep}{L('snap_inactive')} {fmt_gib(snap['inactive_gib'])}"]
+    for t in snap["top_allocations"][:5]:
+        out.append(f"  {L('snap_site')}{colon(lang)}{t['site']} — {L(t['component'])} {fmt_gib(t['gib'])} ×{t['count']}")
+    return out
+
+
+def snapshot_head(snap, lang):
+    if lang == "zh":
+        return f"{label('snapshot', lang)}（PyTorch {snap['layout']} 格式，设备 {snap['device']}，{snap['segments']} 个段）"
+    return f"{label('snapshot', lang)} (PyTorch {snap['layout']} layout, device {snap['device']}, {snap['segments']} segments)"
+
+
+def evidence_where(e, lang):
+    """A line number, or 'snapshot' for what a memory snapshot recorded (it has no lines)."""
+    if e.line == 0 and e.marker in ("oom_error", "frame"):
+        return label("snapshot_short", lang)
+    return ("~" if e.approximate else "") + str(e.line)
 
 
 def fact_rows(facts):
@@ -57,6 +84,8 @@ def render_text(d, lang="en", color=False):
         out += ["", _c(L("numbers"), "bold", color)]
         from .budget_text import pad
         out += [f"  {pad(k, 28)} {v}" for k, v in rows]
+    if d.snapshot:
+        out += ["", _c(snapshot_head(d.snapshot, lang), "bold", color)] + snapshot_lines(d.snapshot, lang)
     if d.budget:
         from .budget_text import budget_lines
         out += ["", _c(L("budget"), "bold", color)] + budget_lines(d.budget, lang, d.memory)
@@ -81,8 +110,11 @@ def render_text(d, lang="en", color=False):
         out += ["", _c("! " + note, "yellow", color)]
     out += ["", _c(L("evidence"), "bold", color)]
     for e in d.evidence:
-        n = ("~" if e.approximate else "") + str(e.line)
-        out.append(f"  {'第 ' + n + ' 行':>10}  {e.text[:160]}" if zh else f"  {L('line')} {n:>7}  {e.text[:160]}")
+        n = evidence_where(e, lang)
+        if not n[-1:].isdigit():
+            out.append(f"  {n:>10}  {e.text[:160]}" if zh else f"  {n:>12}  {e.text[:160]}")
+        else:
+            out.append(f"  {'第 ' + n + ' 行':>10}  {e.text[:160]}" if zh else f"  {L('line')} {n:>7}  {e.text[:160]}")
     facts = fact_rows(d.facts)
     if facts:
         out += ["", _c(L("facts"), "bold", color), "  " + facts_line(facts, lang)]
