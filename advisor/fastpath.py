@@ -36,7 +36,10 @@ def timeline_of(stream, source, big=BIG, head=HEAD, region_max=REGION_MAX, windo
     """Parse a binary stream into a Timeline, choosing the strategy by what the stream allows."""
     fileno = _fileno(stream)
     size = os.fstat(fileno).st_size if fileno is not None else 0
-    if fileno is None or size <= big:
+    if fileno is None:
+        from .stream import timeline_of_stream
+        timeline = timeline_of_stream(stream, source, big, head, region_max, window)
+    elif size <= big:
         timeline = _parse_all(stream, source)
     else:
         data = _File(fileno, size)
@@ -118,19 +121,26 @@ def _first(mm, needles, start):
 def _windows(mm, head, region_max, window):
     """Byte ranges [start, end) to parse, in file order, aligned to line boundaries."""
     size = len(mm)
-    spans = [(0, _line_end(mm, min(head, size)))]
+    head_end = _line_end(mm, min(head, size))
     # the final failure region starts at the last progress before the last failure signal (tqdm
     # redraws its bar once more while the traceback unwinds, so progress *after* it does not count)
     last_signal = _last(mm, SIGNALS, size)
     progress = _last(mm, PROGRESS, last_signal if last_signal >= 0 else size)
-    region = _line_start(mm, progress) if progress >= 0 else spans[0][1]
+    region = _line_start(mm, progress) if progress >= 0 else head_end
     marker = _last(mm, MARKERS, region)
-    if marker > spans[0][1]:
+    hit = _first(mm, SIGNALS, region) if size - region > region_max else -1
+    return spans_of(mm, head_end, region, marker, hit, region_max, window)
+
+
+def spans_of(mm, head_end, region, marker, hit, region_max, window):
+    """The spans from the positions that decide them (also what the stream path keeps track of)."""
+    size = len(mm)
+    spans = [(0, head_end)]
+    if marker > head_end:
         spans.append((_line_start(mm, max(0, marker - window // 4)), _line_end(mm, marker + window // 4)))
     if size - region <= region_max:
         spans.append((_line_start(mm, max(0, region - window)), size))
     else:
-        hit = _first(mm, SIGNALS, region)
         if hit >= 0:
             spans.append((_line_start(mm, max(0, hit - window)), _line_end(mm, hit + 2 * window)))
         spans.append((_line_start(mm, size - 4 * window), size))
@@ -144,13 +154,18 @@ def _windows(mm, head, region_max, window):
 
 
 def _parse_windows(mm, source, head, region_max, window):
-    parser = Parser(source)
     spans = _windows(mm, head, region_max, window)
+    samples = [mm[int(len(mm) * f):int(len(mm) * f) + (256 << 10)] for f in (0.2, 0.4, 0.6, 0.8)]
+    bytes_per_line = max(1.0, sum(map(len, samples)) / max(1, sum(b.count(b"\n") for b in samples)))
+    return parse_spans(mm, spans, source, bytes_per_line)
+
+
+def parse_spans(mm, spans, source, bytes_per_line):
+    """Parse the byte ranges `spans` of `mm` as one log; past the first, line numbers are estimates."""
+    parser = Parser(source)
     exact_end = spans[0][1]
     blocks = [mm[start:end] for start, end in spans]       # a few MiB at most
     head_lines = blocks[0].count(b"\n")
-    samples = [mm[int(len(mm) * f):int(len(mm) * f) + (256 << 10)] for f in (0.2, 0.4, 0.6, 0.8)]
-    bytes_per_line = max(1.0, sum(map(len, samples)) / max(1, sum(b.count(b"\n") for b in samples)))
     line_no = 1
     for (start, end), block in zip(spans, blocks):
         if start > 0:       # estimated: bytes since the head over the average line length
