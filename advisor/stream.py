@@ -22,7 +22,7 @@ from .reader import sniff_encoding
 
 CHUNK = 4 << 20
 SEARCH = 64 << 10     # what _line_start/_line_end look at either side of a position
-SAMPLE = 64 << 10     # bytes of each chunk whose newlines estimate the average line length
+SAMPLE = 256 << 10    # bytes of a chunk whose newlines estimate the average line length (as the file path)
 KEEP_MARKERS = 4      # recent markers whose windows are kept after they leave the ring
 
 
@@ -83,7 +83,7 @@ class _Tape:
         self.early = -1               # the last progress before the next chunk's seam
         self.open = None              # (region, marker, hit) if no signal came after `progress`
         self.final = None             # the same for the last progress before the last signal
-        self.sampled = [0, 0]         # bytes, newlines
+        self.samples = []             # (offset, bytes, newlines) of chunk starts, thinned to stay bounded
 
     # ---- retained bytes ------------------------------------------------------------------------
     def __len__(self):
@@ -122,9 +122,9 @@ class _Tape:
         for (cs, ce), buf in self.caps.items():
             if cs + len(buf) < ce:
                 buf += chunk[cs + len(buf) - base:ce - base]
-        sample = chunk[:SAMPLE]
-        self.sampled[0] += len(sample)
-        self.sampled[1] += sample.count(b"\n")
+        self.samples.append((base, min(SAMPLE, len(chunk)), chunk.count(b"\n", 0, SAMPLE)))
+        if len(self.samples) > 1024:
+            self.samples = self.samples[::2]
         seam = prev + chunk[:_LONGEST - 1]       # anchors cut by the chunk's edge
         hits = [(i, base - len(prev) + s) for i, s in _find(seam, 0) if s < len(prev) < s + len(_ANCHORS[i])]
         hits += [(i, base + s) for i, s in _find(chunk, 0)]
@@ -209,7 +209,10 @@ class _Tape:
     def timeline(self, source):
         region, marker, hit, _ = self.final if self.last_signal >= 0 else self.open
         spans = spans_of(self, self._head_end(), region, marker, hit, self.region_max, self.window)
-        return parse_spans(self, spans, source, max(1.0, self.sampled[0] / max(1, self.sampled[1])))
+        # the chunks at a fifth, two fifths... of the stream: where the file path samples its lines
+        picks = [max((s for s in self.samples if s[0] <= self.size * f), default=self.samples[0]) for f in (.2, .4, .6, .8)]
+        per_line = sum(p[1] for p in picks) / max(1, sum(p[2] for p in picks))
+        return parse_spans(self, spans, source, max(1.0, per_line))
 
 
 class _Chain:

@@ -176,3 +176,22 @@ def test_regex_fallback_finds_what_aho_corasick_finds():
     data = b"".join(_PIECES) * 5 + b"OutOfMemoryError ***** Running training ChildFailedError rror"
     assert stream._matcher(anchors)(data) == stream._regex_matcher(anchors)(data)
     assert stream._matcher(anchors)(memoryview(data)[3:]) == stream._regex_matcher(anchors)(data[3:])
+
+
+def test_every_signal_and_marker_pattern_has_an_anchor():
+    """The windows are found by searching anchors, not by parsing: a pattern none of whose anchors
+    the search looks for would never be found in a big file or a pipe."""
+    from advisor.anchors import required
+    from advisor.parser import MARKER_PHRASES
+    from advisor.signals import _PATTERNS
+    for table, anchors in [([p for _, _, p in _PATTERNS], fastpath.SIGNALS), ([MARKER_PHRASES.pattern], fastpath.MARKERS)]:
+        for pattern in table:
+            literals = required(pattern)
+            assert literals, f"no literal of 3+ characters in every alternative of {pattern!r}"
+            missed = [lit for lit in literals if not any(a in lit.encode() for a in anchors)]
+            assert not missed, f"{pattern!r}: {missed} hold no anchor"
+    assert required(r"\d+ ?G|CUDA out of memory") is None          # an alternative without a literal
+    assert required(r"(?:CUDA|HIP) out of memory\b") == [" out of memory"]
+    assert required(r"NCCL (?:error|WARN)") == ["NCCL error", "NCCL WARN"]
+    assert set(required(r"\*{5} Running (?:training|Evaluation) \*{5}")) == {"***** Running training",
+                                                                           "***** Running Evaluation"}
