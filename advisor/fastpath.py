@@ -15,9 +15,10 @@ average line length seen; such evidence is marked approximate and also carries i
 import io
 import os
 import stat
+from itertools import islice
 
 from .anchors import derived, minimal
-from .parser import Parser, parse
+from .parser import BATCH, Parser, parse
 from .reader import InputError, logical_lines, sniff_encoding
 
 BIG = 16 << 20
@@ -181,8 +182,9 @@ def parse_spans(mm, spans, source, bytes_per_line):
         if start > 0 and not block.strip(b"\x00\r\n "):    # a crash's NUL tail: nothing to read
             line_no += block.count(b"\n")
             continue
-        for line in logical_lines(io.BytesIO(block), start_no=line_no):
-            parser.feed(line)
+        lines = logical_lines(io.BytesIO(block), start_no=line_no)
+        for batch in iter(lambda: list(islice(lines, BATCH)), []):
+            parser.feed_batch(batch)
         line_no += block.count(b"\n")
     timeline = parser.finish()
     timeline.exact_lines = head_lines

@@ -195,3 +195,16 @@ def test_every_signal_and_marker_pattern_has_an_anchor():
     assert required(r"NCCL (?:error|WARN)") == ["NCCL error", "NCCL WARN"]
     assert set(required(r"\*{5} Running (?:training|Evaluation) \*{5}")) == {"***** Running training",
                                                                            "***** Running Evaluation"}
+
+
+def test_batched_prefilters_change_nothing():
+    """feed_batch searches the joined text of many lines at once; line by line must give the same."""
+    from advisor.parser import Parser, parse
+    from advisor.reader import logical_lines
+    for path in LOGS:
+        with open(path, "rb") as fh:
+            lines = list(logical_lines(fh))
+        one = Parser(str(path))
+        for line in lines:
+            one.feed(line)
+        assert parse(lines, str(path)).model_dump() == one.finish().model_dump(), path.name
