@@ -14,10 +14,10 @@ would parse, so the diagnosis is the same; memory does not depend on the stream'
 import queue
 import re
 import threading
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections import deque
 
-from .fastpath import (MARKERS, PROGRESS, SIGNALS, _line_end, _line_start, _parse_all, parse_spans, spans_of)
+from .fastpath import MARKERS, PROGRESS, SIGNALS, _line_end, _line_start, _parse_all, parse_spans, spans_of
 from .reader import sniff_encoding
 
 CHUNK = 4 << 20
@@ -115,7 +115,8 @@ class _Tape:
         self.size += len(chunk)
         self.ring.append((base, chunk))
         margin = self.window + 2 * SEARCH + _LONGEST     # windows around anchors of this chunk reach back
-        while len(self.ring) > 1 and self.ring[0][0] + len(self.ring[0][1]) <= min(self.size - self.keep, base - margin):
+        drop_below = min(self.size - self.keep, base - margin)
+        while len(self.ring) > 1 and self.ring[0][0] + len(self.ring[0][1]) <= drop_below:
             self.ring.popleft()
         if len(self.head) < self.head_len + SEARCH:
             self.head = self[0:self.head_len + SEARCH]
@@ -210,7 +211,8 @@ class _Tape:
         region, marker, hit, _ = self.final if self.last_signal >= 0 else self.open
         spans = spans_of(self, self._head_end(), region, marker, hit, self.region_max, self.window)
         # the chunks at a fifth, two fifths... of the stream: where the file path samples its lines
-        picks = [max((s for s in self.samples if s[0] <= self.size * f), default=self.samples[0]) for f in (.2, .4, .6, .8)]
+        picks = [max((s for s in self.samples if s[0] <= self.size * f), default=self.samples[0])
+                 for f in (.2, .4, .6, .8)]
         per_line = sum(p[1] for p in picks) / max(1, sum(p[2] for p in picks))
         return parse_spans(self, spans, source, max(1.0, per_line))
 
