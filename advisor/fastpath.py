@@ -15,8 +15,10 @@ average line length seen; such evidence is marked approximate and also carries i
 import io
 import os
 import stat
+from itertools import islice
 
-from .parser import Parser, parse
+from .anchors import derived, minimal
+from .parser import BATCH, Parser, parse
 from .reader import InputError, logical_lines, sniff_encoding
 
 BIG = 16 << 20
@@ -25,18 +27,28 @@ REGION_MAX = 4 << 20
 WINDOW = 128 << 10
 CHUNK = 8 << 20
 PROGRESS = (b"it/s]", b"s/it]", b"{'loss'", b"{'eval_loss'", b"it/s, ", b"s/it, ")
-MARKERS = (b"***** Running", b"Saving model checkpoint", b"Loading checkpoint shards", b"trainable params",
-           b"Loading weights", b"Running training", b"Training completed")
-SIGNALS = (b"out of memory", b"rror", b"Killed", b"exitcode", b"Traceback", b"SIGKILL", b"Signal 9",
-           b"ALLOC_FAILED", b"EL0004", b"MemoryError", b"Watchdog", b"terminate called", b"Segmentation fault",
-           b"OutOfMemory", b"ChildFailedError")
+# Where a failure or a phase shows: the literals of every signal pattern and marker phrase
+# (anchors.py derives them: a new pattern brings its own), and short words that hold many of them
+# at once. `minimal` keeps a literal only when no shorter anchor is part of it: one automaton of a
+# few dozen anchors scans at memory speed, one of ~80 is 6x slower. Traceback and the phase lines
+# the parser tests by substring are named by no pattern.
+_COVER = (b"memory", b"Memory", b"rror", b"Kill", b"kill", b"exit", b"Exit", b"ERROR", b"FATAL", b"CRITICAL", b"SIG",
+          b"Signal ", b"NCCL", b"xception", b"Interrupt", b"Assert", b"ASSERT", b"_STATUS_", b"alloc", b"Alloc",
+          b"Traceback", b"Watchdog", b"what():", b"death signal", b"Segmentation", b"terminate")
+_SIGNALS, _MARKERS = derived()
+SIGNALS = minimal(_SIGNALS + _COVER)
+MARKERS = minimal(_MARKERS + (b"***** Running", b"Saving model checkpoint", b"Loading checkpoint shards",
+                              b"trainable params", b"Loading weights", b"Running training", b"Training completed"))
 
 
 def timeline_of(stream, source, big=BIG, head=HEAD, region_max=REGION_MAX, window=WINDOW):
     """Parse a binary stream into a Timeline, choosing the strategy by what the stream allows."""
     fileno = _fileno(stream)
     size = os.fstat(fileno).st_size if fileno is not None else 0
-    if fileno is None or size <= big:
+    if fileno is None:
+        from .stream import timeline_of_stream
+        timeline = timeline_of_stream(stream, source, big, head, region_max, window)
+    elif size <= big:
         timeline = _parse_all(stream, source)
     else:
         data = _File(fileno, size)
@@ -118,19 +130,26 @@ def _first(mm, needles, start):
 def _windows(mm, head, region_max, window):
     """Byte ranges [start, end) to parse, in file order, aligned to line boundaries."""
     size = len(mm)
-    spans = [(0, _line_end(mm, min(head, size)))]
+    head_end = _line_end(mm, min(head, size))
     # the final failure region starts at the last progress before the last failure signal (tqdm
     # redraws its bar once more while the traceback unwinds, so progress *after* it does not count)
     last_signal = _last(mm, SIGNALS, size)
     progress = _last(mm, PROGRESS, last_signal if last_signal >= 0 else size)
-    region = _line_start(mm, progress) if progress >= 0 else spans[0][1]
+    region = _line_start(mm, progress) if progress >= 0 else head_end
     marker = _last(mm, MARKERS, region)
-    if marker > spans[0][1]:
+    hit = _first(mm, SIGNALS, region) if size - region > region_max else -1
+    return spans_of(mm, head_end, region, marker, hit, region_max, window)
+
+
+def spans_of(mm, head_end, region, marker, hit, region_max, window):
+    """The spans from the positions that decide them (also what the stream path keeps track of)."""
+    size = len(mm)
+    spans = [(0, head_end)]
+    if marker > head_end:
         spans.append((_line_start(mm, max(0, marker - window // 4)), _line_end(mm, marker + window // 4)))
     if size - region <= region_max:
         spans.append((_line_start(mm, max(0, region - window)), size))
     else:
-        hit = _first(mm, SIGNALS, region)
         if hit >= 0:
             spans.append((_line_start(mm, max(0, hit - window)), _line_end(mm, hit + 2 * window)))
         spans.append((_line_start(mm, size - 4 * window), size))
@@ -144,13 +163,18 @@ def _windows(mm, head, region_max, window):
 
 
 def _parse_windows(mm, source, head, region_max, window):
-    parser = Parser(source)
     spans = _windows(mm, head, region_max, window)
+    samples = [mm[int(len(mm) * f):int(len(mm) * f) + (256 << 10)] for f in (0.2, 0.4, 0.6, 0.8)]
+    bytes_per_line = max(1.0, sum(map(len, samples)) / max(1, sum(b.count(b"\n") for b in samples)))
+    return parse_spans(mm, spans, source, bytes_per_line)
+
+
+def parse_spans(mm, spans, source, bytes_per_line):
+    """Parse the byte ranges `spans` of `mm` as one log; past the first, line numbers are estimates."""
+    parser = Parser(source)
     exact_end = spans[0][1]
     blocks = [mm[start:end] for start, end in spans]       # a few MiB at most
     head_lines = blocks[0].count(b"\n")
-    samples = [mm[int(len(mm) * f):int(len(mm) * f) + (256 << 10)] for f in (0.2, 0.4, 0.6, 0.8)]
-    bytes_per_line = max(1.0, sum(map(len, samples)) / max(1, sum(b.count(b"\n") for b in samples)))
     line_no = 1
     for (start, end), block in zip(spans, blocks):
         if start > 0:       # estimated: bytes since the head over the average line length
@@ -158,8 +182,9 @@ def _parse_windows(mm, source, head, region_max, window):
         if start > 0 and not block.strip(b"\x00\r\n "):    # a crash's NUL tail: nothing to read
             line_no += block.count(b"\n")
             continue
-        for line in logical_lines(io.BytesIO(block), start_no=line_no):
-            parser.feed(line)
+        lines = logical_lines(io.BytesIO(block), start_no=line_no)
+        for batch in iter(lambda: list(islice(lines, BATCH)), []):
+            parser.feed_batch(batch)
         line_no += block.count(b"\n")
     timeline = parser.finish()
     timeline.exact_lines = head_lines

@@ -8,8 +8,9 @@ thousands of NCCL lines from other ranks cannot push it out.
 """
 
 import re
+from bisect import bisect_right
 from collections import deque
-from itertools import islice
+from itertools import accumulate, islice
 
 from . import signals as sig
 from .timeline import Context, Marker, Signal, Timeline
@@ -71,6 +72,7 @@ _FRAMEWORK_RX = re.compile("|".join(re.escape(n) for n, _ in _FRAMEWORKS))
 MARKER_PHRASES = re.compile(r"\*{5} Running (?:training|Evaluation|Prediction) \*{5}|Saving model checkpoint to"
                             r"|Loading checkpoint shards|\*{5} (?:train|eval) metrics \*{5}")
 
+BATCH = 256            # lines whose text is searched at once (feed_batch)
 # a launcher with settings after it; frames (`File ".../bin/torchrun"`) have none
 _COMMAND_HINT = re.compile(r"(?:^|[$#>+] )(?:[A-Z_]+=\S+ )*(?:llamafactory-cli|lmf|torchrun|accelerate launch|swift (?:sft|pt|rlhf|infer|"
                            r"deploy|export|eval)|vllm serve|tune run|deepspeed|python[\d.]*) \S.*(?:--\w|\w=|\.ya?ml\b)")
@@ -113,7 +115,25 @@ class Parser:
         self.train_total = None
 
     # ---- public ----------------------------------------------------------------------------
-    def feed(self, line):
+    def feed_batch(self, lines):
+        """Feed lines, running the regexes most lines fail once over their joined text instead of
+        line by line: a line without a hit skips them, with the same result (every pattern stays
+        within a line, so a line holds a match exactly when the joined text has one there)."""
+        text = "\n".join(ln.text for ln in lines)
+        if text.count("\n") != len(lines) - 1 or _automaton(()) is None:   # a line holding a newline
+            for ln in lines:
+                self.feed(ln)
+            return
+        ends = list(accumulate(len(ln.text) + 1 for ln in lines))
+
+        def hits(words):
+            return {bisect_right(ends, start) for _, start, _ in _automaton(words).find_matches_as_indexes(text)}
+        signal = hits(sig._KEYS)
+        framework = hits(tuple(n for n, _ in _FRAMEWORKS)) if lines[0].no <= FRAMEWORK_HEAD else None
+        for i, ln in enumerate(lines):
+            self.feed(ln, i in signal, True, framework is None or i in framework)
+
+    def feed(self, line, may_signal=True, may_command=True, may_framework=True):
         self.t.line_count = line.no
         self.ring.append(line)
         if self.pinned is not None and self.pin_left > 0:
@@ -127,8 +147,8 @@ class Parser:
         if "%" in text or "{'" in text or "oss" in text:    # bars, logged dicts, loss lines: all _progress reads
             self._progress(line, text)
         self._markers(line, text)
-        self._facts(line, text)
-        kind = sig.classify(text)
+        self._facts(line, text, may_command, may_framework)
+        kind = sig.classify(text) if may_signal else None
         if kind:
             self._signal(line, *kind)
 
@@ -300,11 +320,11 @@ class Parser:
             setattr(self.f, name, value)
             self.t.fact_lines[name] = line.no
 
-    def _facts(self, line, text):
+    def _facts(self, line, text, may_command=True, may_framework=True):
         f = self.f
         if line.no <= FRAMEWORK_HEAD:
-            self._command(line, text)
-        if line.no <= FRAMEWORK_HEAD and f.framework != "llamafactory":
+            self._command(line, text, may_command)
+        if line.no <= FRAMEWORK_HEAD and f.framework != "llamafactory" and may_framework:
             self._framework(text)
         if " = " in text:
             m = _BANNER.search(text) or _UNSLOTH.search(text)
@@ -384,13 +404,13 @@ class Parser:
             # set by the user, not PyTorch's hint (whose tail a wrapped paste puts on a line of its own)
             self._set("expandable_segments", True, line)
 
-    def _command(self, line, text):
+    def _command(self, line, text, may_match=True):
         """The launch command a log echoes (a shell prompt, `+ cmd`): patched when no config is given."""
         t = self.t
         if t.command is not None and t.command.endswith("\\") and line.no == t.command_line + t.command.count("\n") + 1:
             t.command += "\n" + text                 # a command split with backslashes goes on
             return
-        m = _COMMAND_HINT.search(text) if t.command is None else None
+        m = _COMMAND_HINT.search(text) if t.command is None and may_match else None
         if m:                                        # without the shell prompt before it
             t.command, t.command_line = re.sub(r"^[$#>+] ", "", text[m.start():]), line.no
 
@@ -469,8 +489,23 @@ class Parser:
                       line)
 
 
+_AUTOMATA = {}
+
+
+def _automaton(words):
+    """An Aho-Corasick automaton of `words` (leftmost-first, like an alternation); None without the library."""
+    if words not in _AUTOMATA:
+        try:
+            import ahocorasick_rs as ac
+            _AUTOMATA[words] = ac.AhoCorasick(list(words), matchkind=ac.MATCHKIND_LEFTMOST_FIRST) if words else True
+        except ImportError:
+            _AUTOMATA[words] = None
+    return _AUTOMATA[words]
+
+
 def parse(lines, source="<stdin>"):
     p = Parser(source)
-    for line in lines:
-        p.feed(line)
+    lines = iter(lines)
+    for batch in iter(lambda: list(islice(lines, BATCH)), []):
+        p.feed_batch(batch)
     return p.finish()

@@ -5,8 +5,10 @@ usage: python benchmarks/speed.py [--sizes 100M,1G,4G] [--stdin-max 1G] [--keep]
 For each size: generate a realistic log (benchmarks/biglog.py) into benchmarks/out/, then in one run
 on the same file measure the wall time and peak RSS of `oom-doctor diagnose --format json`, the wall
 time of `grep -c -E` with the markers the tool needs, and their ratio; the same log piped through
-stdin (no seeking: one streaming pass) up to --stdin-max. Then cold start: `oom-doctor --version`
-and diagnosing a 200-line log, each against `python3 -c pass` (median of 7 runs).
+stdin (no seeking: anchors scanned in C, windows parsed) up to --stdin-max, against `grep -c -E` over
+the same pipe (`cat log | grep`). Then the CPU time triage spends on one ~23 KB report (in-process,
+mutated samples as benchmarks/triage_bench.py makes them) and cold start: `oom-doctor --version` and
+diagnosing a 200-line log, each against `python3 -c pass` (median of 7 runs).
 """
 
 import argparse
@@ -56,7 +58,8 @@ def main():
     a = ap.parse_args()
     out = HERE / "out"
     out.mkdir(exist_ok=True)
-    print(f"{'size':>6} {'diagnose s':>11} {'peak MiB':>9} {'grep s':>8} {'ratio':>6} {'stdin s':>8} {'stdin MiB':>10}")
+    print(f"{'size':>6} {'diagnose s':>11} {'peak MiB':>9} {'grep s':>8} {'ratio':>6} {'stdin s':>8} {'stdin MiB':>10}"
+          f" {'pipe grep s':>12} {'ratio':>6}")
     for size in a.sizes.split(","):
         path = out / f"bench-{size}.log"
         if not path.exists():
@@ -65,13 +68,17 @@ def main():
         _, d_rss = timed(TOOL + ["diagnose", "--format", "json", str(path)])   # wall time without the RSS parent:
         d_time = wall(TOOL + ["diagnose", "--format", "json", str(path)], runs=3)
         g_time = wall(["grep", "-c", "-E", MARKERS, str(path)], runs=3)
-        s_time = s_rss = float("nan")
+        s_time = s_rss = p_time = float("nan")
         if parse_size(size) <= parse_size(a.stdin_max):
             # a real pipe (a redirected file would be seekable and take the windowed path)
-            s_time, s_rss = timed(["sh", "-c", f"cat '{path}' | '{TOOL[0]}' diagnose --format json -"])
-        print(f"{size:>6} {d_time:11.2f} {d_rss:9.1f} {g_time:8.2f} {d_time / g_time:6.2f} {s_time:8.2f} {s_rss:10.1f}")
+            _, s_rss = timed(["sh", "-c", f"cat '{path}' | '{TOOL[0]}' diagnose --format json -"])
+            s_time = wall(["sh", "-c", f"cat '{path}' | '{TOOL[0]}' diagnose --format json -"], runs=3)
+            p_time = wall(["sh", "-c", f"cat '{path}' | grep -c -E '{MARKERS}'"], runs=3)
+        print(f"{size:>6} {d_time:11.2f} {d_rss:9.1f} {g_time:8.2f} {d_time / g_time:6.2f} {s_time:8.2f} {s_rss:10.1f}"
+              f" {p_time:12.2f} {s_time / p_time:6.2f}")
         if not a.keep:
             path.unlink()
+    triage_cpu()
     small = out / "small-200.log"
     lines = (HERE.parent / "log_samples" / "lf-first-step-activations.log").read_text(encoding="utf-8").splitlines()
     small.write_text("\n".join(lines[-200:]) + "\n", encoding="utf-8")
@@ -80,6 +87,27 @@ def main():
     diag = wall(TOOL + ["diagnose", str(small)])
     print(f"\ncold start: {Path(sys.executable).name} -c pass {base * 1000:.0f} ms; oom-doctor --version {version * 1000:.0f} ms "
           f"({version / base:.1f}x); diagnose a 200-line log {diag * 1000:.0f} ms ({diag / base:.1f}x)")
+
+
+def triage_cpu(n=200):
+    """CPU milliseconds `oom-doctor triage` spends diagnosing one ~23 KB report (reading included)."""
+    import random
+    import tempfile
+    sys.path.insert(0, str(HERE.parent))
+    from triage_bench import generate
+    from advisor.pipeline import diagnose_path
+    with tempfile.TemporaryDirectory() as folder:
+        paths = list(generate(n, Path(folder)))
+        random.Random(0).shuffle(paths)
+        size = sum(Path(p).stat().st_size for p in paths) / len(paths)
+        for p in paths[:20]:                     # warm: rules, catalogues, regexes compiled
+            diagnose_path(p, with_plan=False).to_json_dict()
+        t = time.process_time()
+        for p in paths:
+            diagnose_path(p, with_plan=False).to_json_dict()
+        cpu = (time.process_time() - t) / len(paths)
+    print(f"\ntriage: {cpu * 1000:.2f} ms CPU a report ({size / 1024:.0f} KiB average, {n} reports, reading and parsing"
+          " to the diagnosis; plans left out)")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,88 @@
+"""Anchors: literal byte strings at least one of which every failure signal or phase marker contains.
+
+The big-file and stream paths look for these with C-speed searches instead of parsing every line,
+so they are derived from the pattern tables themselves (signals._PATTERNS, parser.MARKER_PHRASES):
+a pattern added there brings its own anchor, and a pattern without a literal of MIN characters in
+every alternative is refused by the tests (it could never be found without parsing every line).
+"""
+
+try:
+    from re import _constants as _c, _parser as _sre
+except ImportError:          # Python < 3.11
+    import sre_constants as _c
+    import sre_parse as _sre
+
+MIN = 3
+_TRANSPARENT = (_c.AT, _c.ASSERT, _c.ASSERT_NOT)    # zero-width: a literal run goes on across them
+
+
+def required(pattern):
+    """Literals one of which every match of `pattern` contains (longest choice), or None."""
+    return _seq(_sre.parse(pattern))
+
+
+def _branch(alternatives):
+    out = []
+    for alt in alternatives:
+        lits = _seq(alt)
+        if lits is None:
+            return None
+        out += lits
+    return out
+
+
+def _seq(items):
+    best, run = [], ""
+
+    def better(cands):
+        nonlocal best
+        if cands and (not best or min(map(len, cands)) > min(map(len, best))):
+            best = cands
+    for op, av in items:
+        if op is _c.LITERAL:
+            run += chr(av)
+            continue
+        if op in _TRANSPARENT:
+            continue
+        if op is _c.MAX_REPEAT and av[0] == av[1] and len(av[2]) == 1 and av[2][0][0] is _c.LITERAL:
+            run += chr(av[2][0][1]) * av[0]          # \*{5}
+            continue
+        words = _words(av[-1]) if op is _c.SUBPATTERN else _words([(op, av)]) if op is _c.BRANCH else None
+        if words and run:                            # "NCCL (?:error|WARN)": "NCCL error", "NCCL WARN"
+            better([run + w for w in words])
+            run = ""
+            continue
+        better([run] if len(run) >= MIN else [])
+        run = ""
+        if op is _c.SUBPATTERN:
+            better(_seq(av[-1]))
+        elif op is _c.BRANCH:
+            better(_branch(av[1]))
+        elif op in (_c.MAX_REPEAT, _c.MIN_REPEAT) and av[0] >= 1:
+            better(_seq(av[2]))
+    better([run] if len(run) >= MIN else [])
+    return best or None
+
+
+def _words(items):
+    """The alternatives of a group of plain words, else None."""
+    if len(items) != 1 or items[0][0] is not _c.BRANCH:
+        return None
+    alts = items[0][1][1]
+    if not all(alt and all(op is _c.LITERAL for op, _ in alt) for alt in alts):
+        return None
+    return ["".join(chr(av) for _, av in alt) for alt in alts]
+
+
+def minimal(literals):
+    """Drop a literal that holds another one: finding the shorter finds it too."""
+    lits = sorted(set(literals), key=lambda lit: (len(lit), lit))
+    return tuple(lit for i, lit in enumerate(lits) if not any(o in lit for o in lits[:i]))
+
+
+def derived():
+    """(signal anchors, marker anchors) as bytes, from the pattern tables."""
+    from . import parser, signals
+    sig = [a for _, _, p in signals._PATTERNS for a in (required(p) or ())]
+    mark = required(parser.MARKER_PHRASES.pattern) or []
+    return tuple(s.encode() for s in sig), tuple(m.encode() for m in mark)
