@@ -22,7 +22,7 @@ LABELS = {
         "host_memory": "host memory", "none": "—", "unknown": "unknown",
         "load": "model loading", "first_step": "first training step", "mid_training": "mid-training",
         "evaluation": "evaluation/prediction", "checkpoint_save": "checkpoint saving", "inference": "inference",
-        "step": "step", "logits_gib": "logits", "overhead_gib": "runtime context, workspaces, slack",
+        "step": "step", "logits_gib": "logits", "overhead_gib": "context, workspaces, slack",
         "working_buffers_gib": "gathered layers, buffers", "peak_in": "peak in",
         "forward": "forward", "backward": "backward", "optimizer_step": "optimizer step",
         "cuda_context_gib": "runtime context", "workspaces_gib": "workspaces", "allocator_slack_gib": "allocator slack",
