@@ -9,6 +9,7 @@ shows an OOM, else 0; 2 when no path matched, or no file could be read at all.
 import contextlib
 import glob
 import os
+import re
 import stat
 import sys
 
@@ -19,6 +20,23 @@ PROGRESS_MIN = 36           # a bar for a handful of files is noise
 IN_PROCESS_MAX = 8          # below this, forking workers costs more than it saves
 _FACT_KEYS = ("framework", "model", "step")
 _MEM_KEYS = ("total_gib", "tried_gib", "reserved_unallocated_gib", "allocated_by_pytorch_gib")
+_PLAN_KEYS = ("action", "display", "alternative")
+_PLAN_STEPS = 4             # a reply quotes two; alternatives are skipped on the way
+# A run the shell or the kernel killed prints no error: the last lines say so, often glued to a bar.
+_KILL = re.compile(r"(?:^|[\]\s])(?:Killed|Terminated)\s*$|SIGKILL|signal 9\b|exit(?: code|code| status)\s*:?\s*(?:-9|137)\b",
+                   re.M)
+
+
+def _killed_at_end(path, tail=4096):
+    """True when the last few KB of a log with no failure say the process was killed."""
+    from .reader import sniff_encoding
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, os.path.getsize(path) - tail))
+            data = fh.read(tail)
+        return bool(_KILL.search(data.decode(sniff_encoding(data[:4096]), errors="replace")))
+    except (OSError, Exception):
+        return False
 
 
 def _regular(path):
@@ -112,8 +130,9 @@ def _diagnose_one(path, lang):
     if not stat.S_ISREG(st.st_mode):
         return None, why_not_regular(st.st_mode, "log file") + "; skipped"
     try:
-        # No plan here: it costs ~7 % of a diagnosis and only the representatives' plans are shown.
-        d = diagnose_path(path, lang=lang, with_plan=False).to_json_dict()
+        # The plan is made here, in the worker: the parent then never re-diagnoses a representative
+        # one by one after grouping (a serial tail of one diagnosis per group).
+        d = diagnose_path(path, lang=lang).to_json_dict()
     except InputError as e:
         return None, _without_path(str(e), path)
     except Exception as e:          # a crash on one file must not lose the other 9 999
@@ -123,7 +142,11 @@ def _diagnose_one(path, lang):
     slim["source"] = path           # as given, not as the reader named it
     slim["memory"] = {k: d["memory"].get(k) for k in _MEM_KEYS}
     slim["facts"] = {k: d["facts"].get(k) for k in _FACT_KEYS}
-    slim["signature"] = signature(d)    # computed in the worker: the parent only groups
+    slim["plan"] = [{k: s.get(k) for k in _PLAN_KEYS} for s in (d.get("plan") or [])[:_PLAN_STEPS]]
+    if d["verdict"] == "no_failure" and _killed_at_end(path):
+        slim["killed"] = True
+    # computed in the worker: the parent only groups; a killed run never shares the healthy group
+    slim["signature"] = "process killed, no error before it" if slim.get("killed") else signature(d)
     try:
         slim["mtime"] = os.path.getmtime(path)
     except OSError:
@@ -197,8 +220,7 @@ def capped_jobs(jobs):
 
 def run_triage(args, lang="en", jobs=None, tty=False):
     """PATH arguments -> the triage/v1 report as a dict (None when no file matched at all)."""
-    from .pipeline import diagnose_path
-    from .triage import group, reply, summary
+    from .triage import group, summary
     files, missing = expand(args)
     if not files:
         return None
@@ -209,12 +231,6 @@ def run_triage(args, lang="en", jobs=None, tty=False):
         else:
             diagnoses.append(d)
     groups = group(diagnoses, lang)
-    for g in groups:                # the reply quotes the representative's plan: diagnose it fully once
-        try:
-            full = diagnose_path(g.representative, lang=lang).to_json_dict()
-        except Exception:           # it was read a moment ago; keep the rule's ladder if it is gone now
-            continue
-        g.title, g.reply = reply(g, full, lang)
     return {"schema": "oom-doctor/triage/v1", "summary": summary(diagnoses, errors, groups),
             "groups": [g.to_dict() for g in groups], "errors": errors}
 
@@ -258,19 +274,52 @@ def render_table(r, lang="en"):
             out.append(f"{i:>3}. [{g['id']}] {g['count']} 个文件（{100 * g['share']:.1f}%）  {label(g['verdict'], lang)}  "
                        f"{g['rule']}  {label(g['phase'], lang)}/{label(g['component'], lang)}  {g['accelerator']}  "
                        f"总容量 {_gib(mem['total_gib'])}，失败的申请 {_gib(mem['tried_gib'])}")
-            out += [f"     {g['title']}", f"     代表日志：{g['representative']}",
-                    f"     最早：{g['first']}   最晚：{g['last']}", f"     分组依据：{g['reason']}",
-                    f"     回复：{g['reply']}", ""]
+            out += [f"     {g['title']}", f"     代表日志：{g['representative']}"] + _evidence(g, "     关键行：") + \
+                   [f"     最早：{g['first']}   最晚：{g['last']}", f"     分组依据：{g['reason']}",
+                    f"     成员（{g['count']}）：{_listed(g, '、', lang)}", f"     回复：{g['reply']}", ""]
             continue
         out.append(f"{i:>3}. [{g['id']}] {g['count']} files ({g['share']:.1%})  {g['verdict']}  {g['rule']}  "
                    f"{g['phase']}/{g['component']}  {g['accelerator']}  capacity {_gib(mem['total_gib'])}, tried {_gib(mem['tried_gib'])}")
-        out += [f"     {g['title']}", f"     representative: {g['representative']}",
-                f"     first: {g['first']}   last: {g['last']}", f"     grouped: {g['reason']}",
-                f"     reply: {g['reply']}", ""]
+        out += [f"     {g['title']}", f"     representative: {g['representative']}"] + _evidence(g, "     evidence: ") + \
+               [f"     first: {g['first']}   last: {g['last']}", f"     grouped: {g['reason']}",
+                f"     members ({g['count']}): {_listed(g, ', ', lang)}", f"     reply: {g['reply']}", ""]
     if r["errors"]:
         out.append(f"无法读取的文件（{len(r['errors'])}）：" if zh else f"errors ({len(r['errors'])}):")
         out += [f"  {e['path']}: {e['error']}" for e in r["errors"]]
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+MEMBERS_SHOWN = 10          # a group of 4 000 is a count, not a page of names
+
+
+def _listed(g, sep, lang):
+    shown = g["members"][:MEMBERS_SHOWN]
+    more = g["count"] - len(shown)
+    tail = ([f"另有 {more} 个" if lang == "zh" else f"and {more} more"] if more > 0 else [])
+    return sep.join(shown + tail)
+
+
+def _evidence(g, label):
+    line = (g.get("evidence") or "").replace("`", "'")
+    return [f"{label}`{line}`"] if line else []
+
+
+def _details(g, lang):
+    """Markdown: the members folded under the group, bounded like the table's list."""
+    from .safe import md_text
+    more = g["count"] - min(g["count"], MEMBERS_SHOWN_MD)
+    out = ["", "<details><summary>" + (f"成员（{g['count']} 个）" if lang == "zh" else f"members ({g['count']})")
+           + "</summary>", ""]
+    out += [f"- {m}" for m in g["members"][:MEMBERS_SHOWN_MD]]
+    if more > 0:
+        out.append(f"- 另有 {more} 个" if lang == "zh" else f"- and {more} more")
+    if g.get("evidence"):
+        out += ["", ("代表日志的关键行：" if lang == "zh" else "The representative's evidence: ")
+                + "`" + md_text(g["evidence"]).replace("`", "'") + "`"]
+    return out + ["", "</details>"]
+
+
+MEMBERS_SHOWN_MD = 50
 
 
 def _cell(text):
@@ -294,6 +343,7 @@ def render_markdown(r, lang="en"):
         for i, g in enumerate(r["groups"], 1):
             out += ["", f"## {i}. {md_text(g['title'])}（`{g['id']}`，{g['count']} 个文件）", "",
                     f"最早 {g['first']}，最晚 {g['last']}。分组依据：{md_text(g['reason'])}", "", "> " + md_text(g["reply"])]
+            out += _details(g, lang)
         if r["errors"]:
             out += ["", "## 无法读取的文件", ""] + [f"- {e['path']}：{md_text(e['error'])}" for e in r["errors"]]
         return "\n".join(out) + "\n"
@@ -307,6 +357,7 @@ def render_markdown(r, lang="en"):
     for i, g in enumerate(r["groups"], 1):
         out += ["", f"## {i}. {md_text(g['title'])} (`{g['id']}`, {g['count']})", "",
                 f"First {g['first']}, last {g['last']}. Grouped: {md_text(g['reason'])}", "", "> " + md_text(g["reply"])]
+        out += _details(g, lang)
     if r["errors"]:
         out += ["", "## Errors", ""] + [f"- {e['path']}: {md_text(e['error'])}" for e in r["errors"]]
     return "\n".join(out) + "\n"
@@ -318,13 +369,17 @@ def render_csv(r):
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["kind", "id", "count", "share", "verdict", "rule", "phase", "component", "capacity_gib", "tried_gib",
-                "representative", "first", "last", "reason", "reply"])
+                "representative", "first", "last", "reason", "reply", "needs_info", "evidence"])
     for g in r["groups"]:
         w.writerow(["group", g["id"], g["count"], g["share"], g["verdict"], g["rule"], g["phase"], g["component"],
-                    g["memory"]["total_gib"], g["memory"]["tried_gib"], g["representative"], g["first"], g["last"],
-                    g["reason"], g["reply"]])
+                    g["memory"].get("total_gib"), g["memory"].get("tried_gib"), g["representative"], g["first"], g["last"],
+                    g["reason"], g["reply"], g.get("needs_info", False), g.get("evidence", "")])
+    for g in r["groups"]:       # one row per member, after the groups: a sheet can filter on kind
+        for m in g["members"]:
+            w.writerow(["member", g["id"], 1, "", g["verdict"], g["rule"], g["phase"], g["component"],
+                        "", "", m, "", "", "", "", g.get("needs_info", False), ""])
     for e in r["errors"]:
-        w.writerow(["error", "", 1, "", "", "", "", "", "", "", e["path"], e["path"], e["path"], e["error"], ""])
+        w.writerow(["error", "", 1, "", "", "", "", "", "", "", e["path"], e["path"], e["path"], e["error"], "", "", ""])
     return buf.getvalue()
 
 
@@ -352,6 +407,7 @@ def _named(report, name):
     for g in r["groups"]:
         for k in ("representative", "first", "last"):
             g[k] = name(g[k])
+        g["members"] = [name(m) for m in g["members"]]
     r["errors"] = [{**e, "path": name(e["path"])} for e in r["errors"]]
     return r
 
