@@ -75,9 +75,12 @@ def _phrase(text):
         head = text.rsplit(" ", 1)[0]
     head = _QUALIFIED.sub("", _EXC_HEAD.sub("", normalise(head), count=1))
     if _OOM_WORDS.search(head):
-        exc = "OutOfMemoryError" if "OutOfMemoryError" in head else (re.findall(r"[A-Z]\w*(?:Error|Exception)", head) or [""])[0]
+        # One phrase whatever the exception's name: RuntimeError on old releases, OutOfMemoryError on
+        # new ones, or nothing left when a wrap cut it; the runtime's own "CUDA error: out of memory"
+        # stays apart (another rule, and no allocator numbers).
         dev = _DEVICE.search(head)
-        head = f"{exc}: {dev.group(0) if dev else ''} out of memory".replace(":  ", ": ")
+        head = f"{dev.group(1)} error: out of memory" if dev and dev.group(2) else \
+            f"OutOfMemoryError: {dev.group(1) + ' ' if dev else ''}out of memory"
     return _VOLATILE_TAIL.sub("", head)[:200]
 
 

@@ -74,7 +74,9 @@ def _numbers(g, lang):
     if tried is None and total is None:
         return ""
     t, c = fmt_gib(tried, _UNKNOWN[lang]), fmt_gib(total, _UNKNOWN[lang])
-    return f"（申请 {t}，显卡总容量 {c}）" if lang == "zh" else f" (a request of {t} on a card of {c})"
+    if lang == "zh":
+        return re.sub(r" ?未知", "未知", f"（申请 {t}，显卡总容量 {c}）")
+    return f" (a request of {t} on a card of {c})"
 
 
 def _ask(g, lang):
@@ -125,6 +127,8 @@ def reply(g, rep, lang="en"):
         summary = rep.get("summary", "")
     else:
         summary = fill(getattr(rule.summary, lang), _values(g, lang))
+        if zh:                             # the templates space a number off; a Chinese word is not
+            summary = re.sub(r" ?未知 ?", "未知", summary)
     plan = [s for s in (rep.get("plan") or []) if s.get("action") not in (None, "none") and not s.get("alternative")]
     for action in (rule.actions if rule else []):      # the plan may be short: the rule's ladder fills it
         if len(plan) >= 2:

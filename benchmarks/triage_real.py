@@ -31,9 +31,11 @@ REAL = ROOT.parent / "shared" / "real_logs"
 def terminal(text, rng):
     """What a terminal and a copy-paste do to a log after the run's own differences."""
     import fuzz
+    from advisor.reader import detect_wrap_width
+    wrapped = detect_wrap_width([len(ln) for ln in text.split("\n")])   # mutate() may have wrapped it
     if rng.random() < 0.4:
         text = fuzz.inject_ansi(text, rng)
-    if rng.random() < 0.5:
+    if not wrapped and rng.random() < 0.5:       # a terminal wraps once, at its own width
         text = fuzz.hard_wrap(text, rng.randint(80, 200))
     return text
 
