@@ -27,6 +27,12 @@ _KILL = re.compile(r"(?:^|[\]\s])(?:Killed|Terminated)\s*$|SIGKILL|signal 9\b|ex
                    re.M)
 
 
+def _plan_wanted(diagnosis):
+    """Only an out-of-memory reply quotes plan steps; the others use the rule's own ladder or ask
+    for more, so their plan (~15 % of a diagnosis) is not made."""
+    return diagnosis.verdict in ("device_oom", "host_oom")
+
+
 def _killed_at_end(path, tail=4096):
     """True when the last few KB of a log with no failure say the process was killed."""
     from .reader import sniff_encoding
@@ -132,7 +138,7 @@ def _diagnose_one(path, lang):
     try:
         # The plan is made here, in the worker: the parent then never re-diagnoses a representative
         # one by one after grouping (a serial tail of one diagnosis per group).
-        d = diagnose_path(path, lang=lang).to_json_dict()
+        d = diagnose_path(path, lang=lang, with_plan=_plan_wanted).to_json_dict()
     except InputError as e:
         return None, _without_path(str(e), path)
     except Exception as e:          # a crash on one file must not lose the other 9 999
@@ -306,7 +312,7 @@ def _evidence(g, label):
 
 def _details(g, lang):
     """Markdown: the members folded under the group, bounded like the table's list."""
-    from .safe import md_text
+    from .safe import md_code
     more = g["count"] - min(g["count"], MEMBERS_SHOWN_MD)
     out = ["", "<details><summary>" + (f"成员（{g['count']} 个）" if lang == "zh" else f"members ({g['count']})")
            + "</summary>", ""]
@@ -315,7 +321,7 @@ def _details(g, lang):
         out.append(f"- 另有 {more} 个" if lang == "zh" else f"- and {more} more")
     if g.get("evidence"):
         out += ["", ("代表日志的关键行：" if lang == "zh" else "The representative's evidence: ")
-                + "`" + md_text(g["evidence"]).replace("`", "'") + "`"]
+                + md_code(g["evidence"])]
     return out + ["", "</details>"]
 
 

@@ -88,8 +88,9 @@ def _numbers(text, rng):
     return _shift_time(_BAR.sub(bar, text), rng)
 
 
-def mutate(text, rng, target=20_000):
-    """One sample's text -> the bytes of a plausible other report of the same failure."""
+def mutate(text, rng, target=20_000, wrap=True):
+    """One sample's text -> the bytes of a plausible other report of the same failure. With
+    wrap=False no hard wrap is made (a wrapped original comes back unwrapped): the caller wraps."""
     from advisor.reader import detect_wrap_width, read_text, resolve_redraws
     width = detect_wrap_width([len(ln) for ln in text.split("\n")])
     if width:                               # a wrapped paste: unwrap, mutate, wrap again at its width
@@ -112,7 +113,9 @@ def mutate(text, rng, target=20_000):
     if rng.random() < 0.3:                  # torchrun's per-rank prefixes
         prefix = rng.choice(["[rank{}]:", "[default{}]:"]).format(rng.randint(0, 7))
         lines = [f"{prefix}{ln}" for ln in lines]
-    if width or rng.random() < 0.3:         # pasted from a 100-column terminal (a paste has no colour)
+    if not wrap:
+        pass
+    elif width or rng.random() < 0.3:       # pasted from a 100-column terminal (a paste has no colour)
         width = width or 100
         flat = [seg for ln in lines for seg in resolve_redraws(ln)]
         lines = [ln[i:i + width] for ln in flat for i in range(0, max(len(ln), 1), width)]

@@ -3,9 +3,10 @@
     python benchmarks/triage_real.py [--copies 4] [--seed 0] [--show]
 
 Each real log gets `--copies` mutated copies: the triage benchmark's mutations (sizes, PIDs,
-timestamps, line numbers, homes, padding, rank prefixes, encodings) and then the way a terminal shows
-a log — a hard wrap at 80 to 200 columns applied to the coloured text (fuzz.hard_wrap: escape codes
-take no column), colour on lines and spans (fuzz.inject_ansi). Truth is the group the unmutated log
+timestamps, line numbers, homes, padding, rank prefixes, encodings; not its wrap) and then the way a
+terminal shows a log: colour on lines and spans (fuzz.inject_ansi), then in half the copies one hard
+wrap at 80 to 200 columns (a wrapped original: at its own width) in which escape codes take no
+column (fuzz.hard_wrap). Truth is the group the unmutated log
 joins when the originals are triaged alone (like peek.py, one label per log: its own diagnosis);
 copies whose own diagnosis differs from their original's count as misses of the reader, reported
 apart so grouping is judged on its own.
@@ -28,20 +29,21 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 REAL = ROOT.parent / "shared" / "real_logs"
 
 
-def terminal(text, rng):
-    """What a terminal and a copy-paste do to a log after the run's own differences."""
+def terminal(text, rng, width=None):
+    """What a terminal and a copy-paste do to a log after the run's own differences: colour, then one
+    hard wrap at the terminal's width (the original's, when it was a wrapped paste) in which escape
+    codes take no column."""
     import fuzz
-    from advisor.reader import detect_wrap_width
-    wrapped = detect_wrap_width([len(ln) for ln in text.split("\n")])   # mutate() may have wrapped it
     if rng.random() < 0.4:
         text = fuzz.inject_ansi(text, rng)
-    if not wrapped and rng.random() < 0.5:       # a terminal wraps once, at its own width
-        text = fuzz.hard_wrap(text, rng.randint(80, 200))
+    if width or rng.random() < 0.5:
+        text = fuzz.hard_wrap(text, width or rng.randint(80, 200))
     return text
 
 
 def main():
     import triage_bench as tb
+    from advisor.reader import detect_wrap_width
     from advisor.triage_cli import run_triage
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--copies", type=int, default=4)
@@ -58,9 +60,10 @@ def main():
     origin = {}
     for p in originals:
         text = tb._decode(p.read_bytes())
+        width = detect_wrap_width([len(ln) for ln in text.split("\n")])
         for k in range(args.copies):
-            data, enc = tb.mutate(text, rng, target=rng.choice([0, 5000, 20000]))
-            copy = terminal(data.decode(enc, errors="replace").replace("\r\n", "\n"), rng)
+            data, enc = tb.mutate(text, rng, target=rng.choice([0, 5000, 20000]), wrap=False)
+            copy = terminal(data.decode(enc, errors="replace").replace("\r\n", "\n"), rng, width)
             out = folder / f"{p.parent.name}-{k}.log"
             out.write_bytes(copy.encode(enc, errors="replace"))
             origin[str(out)] = str(p)
