@@ -138,7 +138,7 @@ def variant(text, v):
     """Another program failing the same way: every traceback file renamed with the variant's own tag
     (letters only: the normaliser keeps them), so variants differ in every frame of the signature."""
     r = random.Random(v)
-    tag = "".join(r.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(6))
+    tag = "".join(r.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(12))   # far below SIMILARITY to another
     return _FILE.sub(lambda m: f"{m.group(1)}{m.group(2)}_{tag}{m.group(3)}", text), tag
 
 
