@@ -43,6 +43,8 @@ def diagnose_stream(stream, source, config_path=None, lang="en", gpu=None, model
     diagnosis = diagnose_timeline(timeline, lang=lang, facts=facts)
     if config and config.from_log is None:
         diagnosis.conflicts = config.conflicts_with(timeline.facts)
+    if callable(with_plan):                   # triage: a plan only where its reply will quote one
+        with_plan = with_plan(diagnosis)
     if with_plan:
         from .advise import complete
         complete(diagnosis, config=config, gpu=gpu, model=model, params=params)

@@ -20,7 +20,6 @@ the same id in tomorrow's run.
 import hashlib
 import re
 from dataclasses import asdict, dataclass, field
-from statistics import median
 from typing import Optional
 
 
@@ -55,13 +54,34 @@ def normalise(text):
     return text.strip()
 
 
+_QUALIFIED = re.compile(r"(?:[A-Za-z_]\w*\.)+(?=[A-Z]\w*(?:Error|Exception)\b)")
+_EXC_HEAD = re.compile(r"^.*?(?=\b[A-Z]\w*(?:Error|Exception)\s*:)")
+_OOM_WORDS = re.compile(r"out of mem|outofmemory", re.I)
+_DEVICE = re.compile(r"\b(CUDA|HIP|NPU|XPU|MPS|MUSA)\b( error:)?")
+_VOLATILE_TAIL = re.compile(r"\s*(?:of binary:.*|\(pid\).*)$")
+
+
 def _phrase(text):
-    """The error phrase: its first sentence, not the allocator's number-laden continuation."""
+    """The error phrase: its first sentence, not the allocator's number-laden continuation.
+
+    Cut to what every copy of one failure shares: whatever a terminal glued in front of the exception
+    (a progress bar, a logger prefix, the cut tail of a wrapped `to|rch.`) goes, a qualified name is
+    its last part (`torch.cuda.OutOfMemoryError` is `torch.OutOfMemoryError` on newer releases), an
+    out-of-memory phrase is reduced to its exception and device (a wrap inside `out of memo|ry.` must
+    not split copies), and a launcher's `(pid: N) of binary: /path/python` tail is dropped."""
     cut = len(text) >= 400                   # diagnose.py keeps 400 characters: the last word may be cut
     head = re.split(r"(?<=[.!?])\s", text, maxsplit=1)[0]
     if cut and head == text:
         head = text.rsplit(" ", 1)[0]
-    return normalise(head)[:200]
+    head = _QUALIFIED.sub("", _EXC_HEAD.sub("", normalise(head), count=1))
+    if _OOM_WORDS.search(head):
+        # One phrase whatever the exception's name: RuntimeError on old releases, OutOfMemoryError on
+        # new ones, or nothing left when a wrap cut it; the runtime's own "CUDA error: out of memory"
+        # stays apart (another rule, and no allocator numbers).
+        dev = _DEVICE.search(head)
+        head = f"{dev.group(1)} error: out of memory" if dev and dev.group(2) else \
+            f"OutOfMemoryError: {dev.group(1) + ' ' if dev else ''}out of memory"
+    return _VOLATILE_TAIL.sub("", head)[:200]
 
 
 def _frame(text):
@@ -103,32 +123,79 @@ class Group:
     reason: str
     signature: str
     title: str = ""
-    memory: dict = field(default_factory=dict)   # medians over members: capacity and request
-    step: Optional[int] = None                   # median last step, for rules that name it
+    memory: dict = field(default_factory=dict)   # the representative's own numbers, never a median
+    step: Optional[int] = None                   # the representative's last step
     reply: str = ""
+    aliases: list = field(default_factory=list)  # ids of the other signatures merged here (see _ids)
+    needs_info: bool = False                     # the paste cannot be diagnosed: the reply asks for more
+    needs: list = field(default_factory=list)    # what to ask for: traceback, command, config, nvidia_smi
+    evidence: str = ""                           # the representative's deciding line
 
     def to_dict(self):
         return asdict(self)
 
 
-def _median(values):
-    values = [v for v in values if isinstance(v, (int, float))]
-    return round(median(values), 3) if values else None
+def _sid(key, sig):
+    """One signature's own id: its key and normalised text, so no other file can change it."""
+    return hashlib.sha1("\x1f".join(map(str, key + (sig,))).encode("utf-8")).hexdigest()[:10]
+
+
+_WORD = re.compile(r"[A-Za-z_]{4,}")
+
+
+def _blocks(sig, depth=1):
+    """The cheap blocking keys of one signature: fuzzy comparison runs only between signatures that
+    share one. With frames, the innermost `depth` frames (copies of one failure asked for memory in
+    the same place; a wrap or a cut touches the outermost first); without, each of the two longest
+    words of the error phrase (a prefix glued on, or a phrase cut at its start, keeps them)."""
+    parts = sig.split(" | ")
+    if len(parts) > 1:
+        return [("frame",) + tuple(parts[1:1 + depth])]
+    words = sorted(set(_WORD.findall(parts[0])), key=lambda w: (-len(w), w))[:2]
+    return [("word", w) for w in words] or [("phrase", parts[0])]
+
+
+BLOCK_PAIRWISE = 400     # signatures in one block beyond which it is split by one more frame
 
 
 def _cluster(sigs):
-    """Leader clustering of {signature: n}: most common first, so the result ignores input order."""
+    """{signature: n} of one exact key -> {signature: (component root, score)}.
+
+    Single linkage inside blocks (_blocks): two signatures join when token_sort_ratio >= SIMILARITY,
+    and joining is transitive. Adding signatures can then only merge components, never split or
+    re-cut one, which keeps ids stable (_ids). The cost is the sum of the blocks' squares, not the
+    square of the key: a block grown past BLOCK_PAIRWISE is split by one more frame."""
     from rapidfuzz import fuzz, process, utils
-    leaders, assign, scores = [], {}, {}
-    for sig in sorted(sigs, key=lambda s: (-sigs[s], s)):
-        hit = process.extractOne(sig, leaders, scorer=fuzz.token_sort_ratio, processor=utils.default_process,
-                                 score_cutoff=SIMILARITY) if leaders else None
-        if hit is None:
-            leaders.append(sig)
-            assign[sig], scores[sig] = sig, 100.0
-        else:
-            assign[sig], scores[sig] = hit[0], hit[1]
-    return assign, scores
+    items = sorted(sigs)
+    procd = [utils.default_process(s) for s in items]
+    parent = list(range(len(items)))
+    best = [100.0] * len(items)
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    pending = [(1, list(range(len(items))))]
+    while pending:
+        depth, idx = pending.pop()
+        blocks = {}
+        for i in idx:
+            for b in _blocks(items[i], depth):
+                blocks.setdefault(b, []).append(i)
+        for b, members in blocks.items():
+            if len(members) > BLOCK_PAIRWISE and b[0] == "frame" and depth < MAX_FRAMES:
+                pending.append((depth + 1, members))
+                continue
+            for n, i in enumerate(members[:-1]):      # each pair once: i against the ones after it
+                rest = members[n + 1:]
+                for _, score, k in process.extract(procd[i], [procd[j] for j in rest], scorer=fuzz.token_sort_ratio,
+                                                   processor=None, score_cutoff=SIMILARITY, limit=None):
+                    j = rest[k]
+                    parent[find(j)] = find(i)
+                    best[j] = min(best[j], score)
+    return {s: (items[find(i)], best[i]) for i, s in enumerate(items)}
 
 
 def group(diagnoses, lang="en"):
@@ -143,85 +210,61 @@ def group(diagnoses, lang="en"):
         counts = {}
         for _, sig, _ in items:
             counts[sig] = counts.get(sig, 0) + 1
-        assign, scores = _cluster(counts)
+        assign = _cluster(counts)
         clusters = {}
         for item in items:
-            clusters.setdefault(assign[item[1]], []).append(item)
-        for leader, members in clusters.items():
-            groups.append(_make_group(key, leader, members, {s: scores[s] for s in counts if assign[s] == leader},
-                                      total, lang))
+            clusters.setdefault(assign[item[1]][0], []).append(item)
+        for root, members in clusters.items():
+            sigs = {m[1] for m in members}
+            groups.append(_make_group(key, members, counts, {s: assign[s][1] for s in sigs}, total, lang))
     groups.sort(key=lambda g: (-g.count, g.id))
     return groups
 
 
-def _make_group(key, leader, members, scores, total, lang):
+MAX_ALIASES = 50
+
+
+def _ids(key, sigs):
+    """(id, aliases): every distinct signature has its own id; the group takes the smallest. A file
+    added later either joins a signature (nothing changes), brings a new one that joins the group (the
+    id stays unless the new id is smaller: then the old one is listed in aliases), or starts a group."""
+    ids = sorted(_sid(key, s) for s in sigs)
+    return ids[0], ids[1:1 + MAX_ALIASES]
+
+
+def _make_group(key, members, counts, scores, total, lang):
+    from .triage_reply import needs_of, reason_text, reply
     verdict, rule, phase, component, accelerator = key
-    gid = hashlib.sha1("\x1f".join(map(str, key + (leader,))).encode("utf-8")).hexdigest()[:10]
+    gid, aliases = _ids(key, scores)
     # Ties break on the path, never on the input order, so a re-run in another order reads the same.
     order = sorted(members, key=lambda m: (m[2].get("mtime") or 0, m[2]["source"]))   # first/last seen
-    mem = {k: _median(m[2].get("memory", {}).get(k) for m in members)
-           for k in ("total_gib", "tried_gib", "reserved_unallocated_gib", "allocated_by_pytorch_gib")}
-    # The representative carries the leader signature and the request nearest the group's median.
+    leader = min(scores, key=lambda s: (-counts[s], s))          # the most common signature
     typical = [m for m in members if m[1] == leader]
-    rep = min(typical, key=lambda m: (abs((m[2].get("memory", {}).get("tried_gib") or 0) - (mem["tried_gib"] or 0)),
-                                      m[2]["source"]))
-    exact = sum(1 for m in members if m[1] == leader)
-    if lang == "zh":
-        from .i18n import label
-        reason = (f"规则 {rule}（{label(phase, lang)}，{label(component, lang)}，{accelerator}）；"
-                  f"特征：{leader or '（没有报错行，也没有调用栈）'}")
-        if exact > 1:
-            reason += f"；归一化后 {exact} 份完全相同"
-        if exact < len(members):
-            reason += (f"；{len(members) - exact} 份相似（token_sort_ratio ≥ {SIMILARITY}，"
-                       f"最低 {min(scores.values()):.0f}）")
-    else:
-        reason = f"rule {rule} ({phase}, {component}, {accelerator}); signature: {leader or '(no error line, no frames)'}"
-        if exact > 1:
-            reason += f"; {exact} identical after normalising"
-        if exact < len(members):
-            reason += (f"; {len(members) - exact} similar (token_sort_ratio ≥ {SIMILARITY}, "
-                       f"lowest {min(scores.values()):.0f})")
+    tried = sorted((m[2].get("memory") or {}).get("tried_gib") or 0 for m in typical)
+    mid = tried[len(tried) // 2]
+    # The representative carries the leader signature and the request nearest its members' middle one:
+    # the reply quotes its numbers, which are then the numbers of a real member.
+    rep = min(typical, key=lambda m: (abs(((m[2].get("memory") or {}).get("tried_gib") or 0) - mid), m[2]["source"]))
+    exact = len(typical)
+    lowest = min(scores.values())
     g = Group(id=gid, count=len(members), share=round(len(members) / total, 4),
-              members=[m[2]["source"] for m in members], verdict=verdict, rule=rule, phase=phase,
-              component=component, accelerator=accelerator, representative=rep[2]["source"], first=order[0][2]["source"],
-              last=order[-1][2]["source"], reason=reason, signature=leader, memory=mem)
-    step = _median((m[2].get("facts") or {}).get("step") for m in members)
-    g.step = None if step is None else int(step)
+              members=sorted(m[2]["source"] for m in members), verdict=verdict, rule=rule, phase=phase,
+              component=component, accelerator=accelerator, representative=rep[2]["source"],
+              first=order[0][2]["source"], last=order[-1][2]["source"],
+              reason=reason_text(key, leader, exact, len(members), lowest, len(scores), lang), signature=leader,
+              memory=dict(rep[2].get("memory") or {}), aliases=aliases)
+    step = (rep[2].get("facts") or {}).get("step")
+    g.step = step if isinstance(step, int) else None
+    g.evidence = _evidence_line(rep[2])
+    g.needs = needs_of(rep[2])
+    g.needs_info = bool(g.needs)
     g.title, g.reply = reply(g, rep[2], lang)
     return g
 
 
-def _step_text(step, zh):
-    # The representative's own values (1024 -> 512) may not fit the other members: say the move, not the numbers.
-    from .planwords import SHORT
-    return step.get("display") or SHORT.get(step["action"], (step["action"],) * 2)[zh]
-
-
-def reply(g, rep, lang="en"):
-    """(title, reply) for a group: the cause in one sentence, then the first two plan steps of the
-    representative's diagnosis `rep` (the rule's own ladder when it carries no plan)."""
-    from .diagnose import fill, text_values
-    from .rules import rules_by_id
-    rule = rules_by_id().get(g.rule)
-    zh = lang == "zh"
-    if rule is None:                       # a diagnosis from another rule set: use its own words
-        title, summary = rep.get("title", ""), rep.get("summary", "")
-    else:
-        title = getattr(rule.title, lang)
-        summary = fill(getattr(rule.summary, lang), text_values(g.memory, g.step, phase=g.phase, lang=lang), lang)
-    plan = [s for s in (rep.get("plan") or []) if s.get("action") not in (None, "none") and not s.get("alternative")]
-    for action in (rule.actions if rule else []):      # the plan may be short: the rule's ladder fills it
-        if len(plan) >= 2:
-            break
-        if action != "none" and all(s["action"] != action for s in plan):
-            plan.append({"action": action})
-    steps = [_step_text(s, zh) for s in plan[:2]]
-    if not steps:
-        return title, summary
-    if zh:
-        return title, summary + "建议先：" + "；".join(f"{i}. {s}" for i, s in enumerate(steps, 1)) + "。"
-    return title, summary + " Try first: " + "; ".join(f"{i}. {s}" for i, s in enumerate(steps, 1)) + "."
+def _evidence_line(d):
+    ev = [e for e in d.get("evidence") or [] if e.get("marker") in _ERROR_MARKERS] or list(d.get("evidence") or [])
+    return (ev[0].get("text") or "")[:200] if ev else ""
 
 
 def summary(diagnoses, errors=(), groups=None):

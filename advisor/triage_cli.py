@@ -9,6 +9,7 @@ shows an OOM, else 0; 2 when no path matched, or no file could be read at all.
 import contextlib
 import glob
 import os
+import re
 import stat
 import sys
 
@@ -19,6 +20,29 @@ PROGRESS_MIN = 36           # a bar for a handful of files is noise
 IN_PROCESS_MAX = 8          # below this, forking workers costs more than it saves
 _FACT_KEYS = ("framework", "model", "step")
 _MEM_KEYS = ("total_gib", "tried_gib", "reserved_unallocated_gib", "allocated_by_pytorch_gib")
+_PLAN_KEYS = ("action", "display", "alternative")
+_PLAN_STEPS = 4             # a reply quotes two; alternatives are skipped on the way
+# A run the shell or the kernel killed prints no error: the last lines say so, often glued to a bar.
+_KILL = re.compile(r"(?:^|[\]\s])(?:Killed|Terminated)\s*$|SIGKILL|signal 9\b|exit(?: code|code| status)\s*:?\s*(?:-9|137)\b",
+                   re.M)
+
+
+def _plan_wanted(diagnosis):
+    """Only an out-of-memory reply quotes plan steps; the others use the rule's own ladder or ask
+    for more, so their plan (~15 % of a diagnosis) is not made."""
+    return diagnosis.verdict in ("device_oom", "host_oom")
+
+
+def _killed_at_end(path, tail=4096):
+    """True when the last few KB of a log with no failure say the process was killed."""
+    from .reader import sniff_encoding
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, os.path.getsize(path) - tail))
+            data = fh.read(tail)
+        return bool(_KILL.search(data.decode(sniff_encoding(data[:4096]), errors="replace")))
+    except (OSError, Exception):
+        return False
 
 
 def _regular(path):
@@ -119,8 +143,9 @@ def _diagnose_one(path, lang):
     if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
         return None, why_not_regular(st.st_mode, "log file") + "; skipped"
     try:
-        # No plan here: it costs ~7 % of a diagnosis and only the representatives' plans are shown.
-        d = diagnose_any(path, lang=lang, with_plan=False).to_json_dict()
+        # The plan is made here, in the worker: the parent then never re-diagnoses a representative
+        # one by one after grouping (a serial tail of one diagnosis per group).
+        d = diagnose_any(path, lang=lang, with_plan=_plan_wanted).to_json_dict()
     except InputError as e:
         return None, _without_path(str(e), path)
     except Exception as e:          # a crash on one file must not lose the other 9 999
@@ -130,7 +155,11 @@ def _diagnose_one(path, lang):
     slim["source"] = path           # as given, not as the reader named it
     slim["memory"] = {k: d["memory"].get(k) for k in _MEM_KEYS}
     slim["facts"] = {k: d["facts"].get(k) for k in _FACT_KEYS}
-    slim["signature"] = signature(d)    # computed in the worker: the parent only groups
+    slim["plan"] = [{k: s.get(k) for k in _PLAN_KEYS} for s in (d.get("plan") or [])[:_PLAN_STEPS]]
+    if d["verdict"] == "no_failure" and _killed_at_end(path):
+        slim["killed"] = True
+    # computed in the worker: the parent only groups; a killed run never shares the healthy group
+    slim["signature"] = "process killed, no error before it" if slim.get("killed") else signature(d)
     if d.get("run_folder"):
         slim["run_folder"] = {k: d["run_folder"][k] for k in ("log", "config", "records")}
     try:
@@ -161,7 +190,7 @@ def diagnose_all(paths, lang="en", jobs=None, progress=False):
                     bar.update(1)
             return results
         from concurrent.futures import ProcessPoolExecutor, as_completed
-        from .pipeline import diagnose_path  # noqa: F401  (imported before forking: workers inherit it)
+        from .pipeline import diagnose_any  # noqa: F401  (imported before forking: workers inherit it)
         from .rules import load_rules
         load_rules()
         # Chunks amortise the pickling; ~8 per worker keep the bar moving and the load balanced.
@@ -206,8 +235,7 @@ def capped_jobs(jobs):
 
 def run_triage(args, lang="en", jobs=None, tty=False):
     """PATH arguments -> the triage/v1 report as a dict (None when no file matched at all)."""
-    from .pipeline import diagnose_any
-    from .triage import group, reply, summary
+    from .triage import group, summary
     files, missing = expand(args)
     if not files:
         return None
@@ -218,151 +246,12 @@ def run_triage(args, lang="en", jobs=None, tty=False):
         else:
             diagnoses.append(d)
     groups = group(diagnoses, lang)
-    for g in groups:                # the reply quotes the representative's plan: diagnose it fully once
-        try:
-            full = diagnose_any(g.representative, lang=lang).to_json_dict()
-        except Exception:           # it was read a moment ago; keep the rule's ladder if it is gone now
-            continue
-        g.title, g.reply = reply(g, full, lang)
     return {"schema": "oom-doctor/triage/v1", "summary": summary(diagnoses, errors, groups),
             "groups": [g.to_dict() for g in groups], "errors": errors}
 
 
-# ---- rendering -----------------------------------------------------------------------------------
-def _gib(x):
-    return "—" if x is None else (f"{x * 1024:.0f} MiB" if x < 1 else f"{x:.2f} GiB")
-
-
-def _counts(d, lang="en"):
-    if lang == "zh":
-        from .i18n import label
-        return "，".join(f"{label(k, lang) if k != 'none' else '无'} {v}" for k, v in d.items()) or "—"
-    return ", ".join(f"{k} {v}" for k, v in d.items()) or "—"
-
-
-_ZH_BY = {"verdict": "结论", "phase": "发生阶段", "component": "占用来源", "accelerator": "加速器", "framework": "框架"}
-
-
-def _summary_lines(s, fmt="{:<12} {}", lang="en"):
-    if lang == "zh":
-        from .render.budget_text import pad
-        head = (f"{s['files']} 个文件：已诊断 {s['diagnosed']}，含显存或内存不足 {s['ooms']}，"
-                f"无法读取 {s['errors']}；共 {s.get('groups', 0)} 组")
-        line = (lambda k, v: f"{pad(k, 12)} {v}") if fmt == "{:<12} {}" else fmt.format
-        return [head] + [line(_ZH_BY[name], _counts(s["by_" + name], lang))
-                         for name in ("verdict", "phase", "component", "accelerator", "framework")]
-    head = (f"{s['files']} files: {s['diagnosed']} diagnosed, {s['ooms']} with an OOM, "
-            f"{s['errors']} unreadable; {s.get('groups', 0)} groups")
-    return [head] + [fmt.format(name, _counts(s["by_" + name]))
-                     for name in ("verdict", "phase", "component", "accelerator", "framework")]
-
-
-def render_table(r, lang="en"):
-    zh = lang == "zh"
-    out = _summary_lines(r["summary"], lang=lang) + [""]
-    for i, g in enumerate(r["groups"], 1):
-        mem = g["memory"]
-        if zh:
-            from .i18n import label
-            out.append(f"{i:>3}. [{g['id']}] {g['count']} 个文件（{100 * g['share']:.1f}%）  {label(g['verdict'], lang)}  "
-                       f"{g['rule']}  {label(g['phase'], lang)}/{label(g['component'], lang)}  {g['accelerator']}  "
-                       f"总容量 {_gib(mem['total_gib'])}，失败的申请 {_gib(mem['tried_gib'])}")
-            out += [f"     {g['title']}", f"     代表日志：{g['representative']}",
-                    f"     最早：{g['first']}   最晚：{g['last']}", f"     分组依据：{g['reason']}",
-                    f"     回复：{g['reply']}", ""]
-            continue
-        out.append(f"{i:>3}. [{g['id']}] {g['count']} files ({g['share']:.1%})  {g['verdict']}  {g['rule']}  "
-                   f"{g['phase']}/{g['component']}  {g['accelerator']}  capacity {_gib(mem['total_gib'])}, tried {_gib(mem['tried_gib'])}")
-        out += [f"     {g['title']}", f"     representative: {g['representative']}",
-                f"     first: {g['first']}   last: {g['last']}", f"     grouped: {g['reason']}",
-                f"     reply: {g['reply']}", ""]
-    if r["errors"]:
-        out.append(f"无法读取的文件（{len(r['errors'])}）：" if zh else f"errors ({len(r['errors'])}):")
-        out += [f"  {e['path']}: {e['error']}" for e in r["errors"]]
-    return "\n".join(out).rstrip("\n") + "\n"
-
-
-def _cell(text):
-    """A table cell: GFM splits cells at '|' even inside a code span, unless it is escaped."""
-    return text.replace("|", "\\|")
-
-
-def render_markdown(r, lang="en"):
-    """Paths arrive as code spans (see _named); other outside text is escaped here."""
-    from .safe import md_text
-    s = r["summary"]
-    if lang == "zh":
-        from .i18n import label
-        out = ["# oom-doctor 批量分诊", ""] + [f"- {ln}" for ln in _summary_lines(s, "**{}**：{}", lang)] + [""]
-        out += ["| # | 分组 | 文件数 | 占比 | 结论 | 规则 | 发生阶段 | 占用来源 | 总容量 | 失败的申请 | 代表日志 |",
-                "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for i, g in enumerate(r["groups"], 1):
-            out.append(f"| {i} | `{g['id']}` | {g['count']} | {100 * g['share']:.1f}% | {label(g['verdict'], lang)} | "
-                       f"{g['rule']} | {label(g['phase'], lang)} | {label(g['component'], lang)} | "
-                       f"{_gib(g['memory']['total_gib'])} | {_gib(g['memory']['tried_gib'])} | {_cell(g['representative'])} |")
-        for i, g in enumerate(r["groups"], 1):
-            out += ["", f"## {i}. {md_text(g['title'])}（`{g['id']}`，{g['count']} 个文件）", "",
-                    f"最早 {g['first']}，最晚 {g['last']}。分组依据：{md_text(g['reason'])}", "", "> " + md_text(g["reply"])]
-        if r["errors"]:
-            out += ["", "## 无法读取的文件", ""] + [f"- {e['path']}：{md_text(e['error'])}" for e in r["errors"]]
-        return "\n".join(out) + "\n"
-    out = ["# oom-doctor triage", ""] + [f"- {ln}" for ln in _summary_lines(s, "**{}**: {}")] + [""]
-    out += ["| # | id | count | share | verdict | rule | phase | component | capacity | tried | representative |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for i, g in enumerate(r["groups"], 1):
-        out.append(f"| {i} | `{g['id']}` | {g['count']} | {g['share']:.1%} | {g['verdict']} | {g['rule']} | "
-                   f"{g['phase']} | {g['component']} | {_gib(g['memory']['total_gib'])} | "
-                   f"{_gib(g['memory']['tried_gib'])} | {_cell(g['representative'])} |")
-    for i, g in enumerate(r["groups"], 1):
-        out += ["", f"## {i}. {md_text(g['title'])} (`{g['id']}`, {g['count']})", "",
-                f"First {g['first']}, last {g['last']}. Grouped: {md_text(g['reason'])}", "", "> " + md_text(g["reply"])]
-    if r["errors"]:
-        out += ["", "## Errors", ""] + [f"- {e['path']}: {md_text(e['error'])}" for e in r["errors"]]
-    return "\n".join(out) + "\n"
-
-
-def render_csv(r):
-    import csv
-    import io
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["kind", "id", "count", "share", "verdict", "rule", "phase", "component", "capacity_gib", "tried_gib",
-                "representative", "first", "last", "reason", "reply"])
-    for g in r["groups"]:
-        w.writerow(["group", g["id"], g["count"], g["share"], g["verdict"], g["rule"], g["phase"], g["component"],
-                    g["memory"]["total_gib"], g["memory"]["tried_gib"], g["representative"], g["first"], g["last"],
-                    g["reason"], g["reply"]])
-    for e in r["errors"]:
-        w.writerow(["error", "", 1, "", "", "", "", "", "", "", e["path"], e["path"], e["path"], e["error"], ""])
-    return buf.getvalue()
-
-
-def render_report(report, fmt="table", lang="en"):
-    from . import safe
-    if fmt == "json":
-        import json
-        return safe.inert_json(json.dumps(report, ensure_ascii=False, indent=2)) + "\n"
-    if fmt == "html":
-        from .render.html import render_triage_html
-        return safe.inert(render_triage_html(_named(report, safe.inert_name), lang))
-    # file names may hold anything but '/' and NUL: escaped before they join a row, so a newline or
-    # an escape sequence in a name can neither split the table nor reach the terminal
-    name = safe.md_code if fmt == "markdown" else safe.inert_name
-    if fmt == "csv":                      # for machines: English headers and keys in every language
-        return safe.inert(render_csv(_named(report, name)))
-    render = {"table": render_table, "markdown": render_markdown}[fmt]
-    return safe.inert(render(_named(report, name), lang))
-
-
-def _named(report, name):
-    """A copy of the report with every file name passed through `name` (and other text made inert)."""
-    from . import safe
-    r = safe.inert_tree(report)           # names are taken from `report`: not escaped twice
-    for g in r["groups"]:
-        for k in ("representative", "first", "last"):
-            g[k] = name(g[k])
-    r["errors"] = [{**e, "path": name(e["path"])} for e in r["errors"]]
-    return r
+# Renderers live in triage_render.py; these names stay importable from here.
+from .triage_render import (_named, render_csv, render_markdown, render_report, render_table)  # noqa: E402,F401
 
 
 @click.command("triage")

@@ -88,8 +88,9 @@ def _numbers(text, rng):
     return _shift_time(_BAR.sub(bar, text), rng)
 
 
-def mutate(text, rng, target=20_000):
-    """One sample's text -> the bytes of a plausible other report of the same failure."""
+def mutate(text, rng, target=20_000, wrap=True):
+    """One sample's text -> the bytes of a plausible other report of the same failure. With
+    wrap=False no hard wrap is made (a wrapped original comes back unwrapped): the caller wraps."""
     from advisor.reader import detect_wrap_width, read_text, resolve_redraws
     width = detect_wrap_width([len(ln) for ln in text.split("\n")])
     if width:                               # a wrapped paste: unwrap, mutate, wrap again at its width
@@ -112,7 +113,9 @@ def mutate(text, rng, target=20_000):
     if rng.random() < 0.3:                  # torchrun's per-rank prefixes
         prefix = rng.choice(["[rank{}]:", "[default{}]:"]).format(rng.randint(0, 7))
         lines = [f"{prefix}{ln}" for ln in lines]
-    if width or rng.random() < 0.3:         # pasted from a 100-column terminal (a paste has no colour)
+    if not wrap:
+        pass
+    elif width or rng.random() < 0.3:       # pasted from a 100-column terminal (a paste has no colour)
         width = width or 100
         flat = [seg for ln in lines for seg in resolve_redraws(ln)]
         lines = [ln[i:i + width] for ln in flat for i in range(0, max(len(ln), 1), width)]
@@ -128,19 +131,37 @@ def _decode(data):
     return data.decode(sniff_encoding(data[:1 << 20]), errors="replace")
 
 
-def generate(n, folder, seed=0):
-    """Write n mutated copies into folder; return {path: source sample name}."""
+_FILE = re.compile(r'(File "(?:[^"\n]*/)?)(\w+)(\.py")')
+
+
+def variant(text, v):
+    """Another program failing the same way: every traceback file renamed with the variant's own tag
+    (letters only: the normaliser keeps them), so variants differ in every frame of the signature."""
+    r = random.Random(v)
+    tag = "".join(r.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(12))   # far below SIMILARITY to another
+    return _FILE.sub(lambda m: f"{m.group(1)}{m.group(2)}_{tag}{m.group(3)}", text), tag
+
+
+def generate(n, folder, seed=0, variants=0):
+    """Write n mutated copies into folder; return ({path: source sample name}, {path: variant label}).
+
+    With `variants`, copy i is of variant i % variants (of sample v % samples): its frames carry the
+    variant's tag, so the copies hold about `variants` distinct signatures (samples without frames
+    have one), a few copies each, and grouping has real work at scale."""
     rng = random.Random(seed)
     samples = sorted((ROOT / "log_samples").glob("*.log"))
     texts = {p.stem: _decode(p.read_bytes()) for p in samples}
-    truth = {}
+    truth, label = {}, {}
     for i in range(n):
-        name = samples[i % len(samples)].stem
-        data, _ = mutate(texts[name], rng)
+        v = i % variants if variants else i % len(samples)
+        name = samples[v % len(samples)].stem
+        text, tag = variant(texts[name], v) if variants else (texts[name], "")
+        data, _ = mutate(text, rng)
         path = folder / f"{rng.getrandbits(40):010x}{rng.choice(['.log', '.txt', '.out', ''])}"
         path.write_bytes(data)
         truth[str(path)] = name
-    return truth
+        label[str(path)] = name + ("/" + tag if text != texts[name] else "")
+    return truth, label
 
 
 def quality(report, truth):
@@ -171,13 +192,20 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep", action="store_true", help="generate into benchmarks/out/triage and keep it")
     ap.add_argument("--profile", action="store_true", help="also time the stages in-process")
+    ap.add_argument("--variants", type=int, default=None,
+                    help="distinct program variants (default n/4: many distinct signatures; 0: the samples only)")
+    ap.add_argument("--group-only", type=int, nargs="*", metavar="N",
+                    help="only time group() on N synthetic distinct signatures (default 10000 30000)")
     args = ap.parse_args()
+    if args.group_only is not None:
+        return group_scale(args.group_only or [10_000, 30_000])
+    variants = args.n // 4 if args.variants is None else args.variants
 
     folder = ROOT / "benchmarks" / "out" / "triage" if args.keep else Path(tempfile.mkdtemp(prefix="oom-triage-"))
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     t0 = time.perf_counter()
-    truth = generate(args.n, folder, args.seed)
+    truth, label = generate(args.n, folder, args.seed, variants)
     mb = sum(os.path.getsize(p) for p in truth) / 2**20
     print(f"generated {len(truth)} reports, {mb:.0f} MiB ({mb * 1024 / max(len(truth), 1):.1f} KiB each) "
           f"from {len(set(truth.values()))} samples in {time.perf_counter() - t0:.1f} s")
@@ -199,9 +227,13 @@ def main():
           f"jobs={jobs}, exit {rc}; load average before: {load:.1f} on {os.cpu_count()} CPUs)")
     print(f"triage CPU time: {cpu:.1f} s ({cpu * 1000 / len(truth):.1f} ms a file) "
           f"-> about {cpu / 2:.1f} s of wall time on an idle 2-core machine")
-    print(f"groups: {len(report['groups'])}, errors: {len(report['errors'])}")
+    sigs = sum(1 + len(g.get("aliases", [])) for g in report["groups"])
+    print(f"groups: {len(report['groups'])}, distinct signatures: {sigs}, errors: {len(report['errors'])}")
     purity, recall, detail = quality(report, truth)
     print(f"by source sample:      purity {purity:.2%}   recall {recall:.2%}")
+    if variants:
+        p3, r3, _ = quality(report, label)
+        print(f"by variant:            purity {p3:.2%}   recall {r3:.2%}   ({len(set(label.values()))} variants)")
     same = original_groups()                # samples that triage itself puts together are one cause
     p2, r2, _ = quality(report, {path: same[name] for path, name in truth.items()})
     print(f"by original's group:   purity {p2:.2%}   recall {r2:.2%}   "
@@ -218,6 +250,30 @@ def main():
     if not args.keep:
         shutil.rmtree(folder, ignore_errors=True)
         out.unlink()
+
+
+def group_scale(sizes, seed=0):
+    """group() alone on n synthetic diagnoses with n distinct signatures: one OOM phrase, three frames
+    each, the innermost drawn from 50 common ones (blocks are then large, as real tracebacks share
+    torch's frames), the other two the program's own."""
+    from advisor.triage import group
+    rng = random.Random(seed)
+
+    def word(k=8):
+        return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(k))
+    common = [f"/torch/nn/{word(6)}.py: {word()}" for _ in range(50)]
+    for n in sizes:
+        ds = []
+        for i in range(n):
+            frames = [rng.choice(common)] + [f"/src/{word(6)}.py: {word()}" for _ in range(2)]
+            ev = [{"marker": "oom_error", "text": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"}]
+            ev += [{"marker": "frame", "text": f + " — y = f(x)"} for f in frames]
+            ds.append({"source": f"r{i}", "verdict": "device_oom", "rule": "OOM203", "phase": "first_step",
+                       "component": "activations", "accelerator": "cuda", "evidence": ev,
+                       "memory": {"tried_gib": 2.0, "total_gib": 80.0}, "facts": {}})
+        t0 = time.perf_counter()
+        groups = group(ds)
+        print(f"group(): {n} distinct signatures -> {len(groups)} groups in {time.perf_counter() - t0:.2f} s")
 
 
 def profile(folder, jobs):

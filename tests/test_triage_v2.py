@@ -1,0 +1,121 @@
+"""Triage v2 (issue 16): ids that survive new files, replies a desk can post as they are, members in
+every format, and a signature that wraps, colours and launcher tails do not split."""
+
+import csv
+import io
+import json
+import re
+
+import pytest
+
+from conftest import SAMPLES
+
+from advisor.triage import _phrase, group
+from advisor.triage_cli import render_report, run_triage
+
+
+def _d(src, phrase="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", frames=(), **kw):
+    ev = [{"line": 1, "text": phrase, "marker": "oom_error"}] if phrase else []
+    ev += [{"line": 2, "text": f"/x/{f}: {fn} — pass", "marker": "frame"} for f, fn in frames]
+    d = {"source": src, "verdict": "device_oom", "rule": "OOM203", "phase": "first_step", "component": "activations",
+         "accelerator": "cuda", "evidence": ev, "memory": {"tried_gib": 2.0, "total_gib": 79.15}, "facts": {}}
+    return {**d, **kw}
+
+
+# ---- stable ids ----------------------------------------------------------------------------------------
+
+def test_adding_files_keeps_every_groups_id_unless_the_report_names_a_merge():
+    samples = sorted(SAMPLES.glob("*.log"))
+    a = run_triage([str(p) for p in samples[::2]], jobs=1)
+    ab = run_triage([str(p) for p in samples], jobs=1)
+    named = {i for g in ab["groups"] for i in [g["id"]] + g["aliases"]}
+    for g in a["groups"]:
+        assert g["id"] in named, f"group {g['id']} ({g['signature']}) lost its id"
+
+
+def test_a_new_signature_that_joins_a_group_lists_the_old_id():
+    frames = [("modeling_llama.py", "forward"), ("linear.py", "forward"), ("functional.py", "linear")]
+    old = group([_d("a.log", frames=frames)])
+    near = frames[:2] + [("functional.py", "linearx")]      # close enough to join
+    new = group([_d("a.log", frames=frames), _d("b.log", frames=near)])
+    assert len(new) == 1 and old[0].id in [new[0].id] + new[0].aliases
+
+
+def test_the_id_is_the_signatures_own_not_the_most_common_members():
+    f1 = [("a.py", "forward"), ("b.py", "forward"), ("c.py", "inner")]
+    f2 = [("a.py", "forward"), ("b.py", "forward"), ("c.py", "innerx")]
+    one = group([_d("1", frames=f1), _d("2", frames=f2)])
+    other = group([_d("1", frames=f1), _d("2", frames=f2), _d("3", frames=f2), _d("4", frames=f2)])
+    assert one[0].id == other[0].id
+
+
+# ---- replies ---------------------------------------------------------------------------------------------
+
+def test_a_bare_oom_line_is_asked_for_its_traceback_not_told_to_halve_the_batch(tmp_path):
+    log = tmp_path / "bare.log"
+    log.write_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.16 GiB. GPU 0 has a total "
+                   "capacity of 39.39 GiB of which 20.00 MiB is free.\n")
+    for lang, ask in (("en", "traceback"), ("zh", "调用栈")):
+        g = run_triage([str(log)], lang, jobs=1)["groups"][0]
+        assert g["needs_info"] and "traceback" in g["needs"]
+        assert ask in g["reply"] and "halve" not in g["reply"] and "减半" not in g["reply"]
+        assert "1.16 GiB" in g["reply"] and "39.39 GiB" in g["reply"]
+
+
+def test_replies_quote_a_real_member_and_never_a_placeholder():
+    paths = [str(p) for p in sorted(SAMPLES.glob("*.log"))]
+    for lang in ("en", "zh"):
+        r = run_triage(paths, lang, jobs=1)
+        for g in r["groups"]:
+            assert "?" not in g["reply"].replace("?it/s", ""), g["reply"]
+            assert "oom-doctor explain" not in g["reply"] and "evidence" not in g["reply"], g["reply"]
+            for x in re.findall(r"\d+\.\d\d GiB", g["reply"]):     # a size the representative itself has
+                rep_sizes = {f"{v:.2f} GiB" for v in g["memory"].values() if isinstance(v, (int, float))}
+                assert x in rep_sizes or x in json.dumps(g), (x, g["reply"])
+
+
+def test_a_killed_run_is_never_in_the_healthy_group(tmp_path):
+    healthy = tmp_path / "ok.log"
+    healthy.write_text("{'loss': 1.2345, 'grad_norm': 0.5, 'learning_rate': 1e-05, 'epoch': 0.5}\n")
+    killed = tmp_path / "killed.log"
+    killed.write_text("{'loss': 1.2345, 'grad_norm': 0.5, 'learning_rate': 1e-05, 'epoch': 0.5}\n"
+                      "  5%|▌         | 10/200 [00:10<03:10,  1.00s/it]Killed\n")
+    r = run_triage([str(healthy), str(killed)], jobs=1)
+    group_of = {m: g for g in r["groups"] for m in g["members"]}
+    assert group_of[str(healthy)]["id"] != group_of[str(killed)]["id"]
+    for g in r["groups"]:
+        assert "looks healthy" not in g["reply"]
+    assert "dmesg" in group_of[str(killed)]["reply"]
+
+
+# ---- members everywhere --------------------------------------------------------------------------------
+
+def test_table_markdown_and_csv_list_members_bounded():
+    r = run_triage([str(SAMPLES)], jobs=1)
+    big = max(r["groups"], key=lambda g: g["count"])
+    for fmt in ("table", "markdown"):
+        out = render_report(r, fmt)
+        assert f"({big['count']})" in out and big["members"][0].rsplit("/", 1)[-1] in out
+    assert "<details>" in render_report(r, "markdown")
+    rows = list(csv.DictReader(io.StringIO(render_report(r, "csv"))))
+    members = [row for row in rows if row["kind"] == "member"]
+    assert sorted(row["representative"] for row in members) == sorted(m for g in r["groups"] for m in g["members"])
+
+
+# ---- the signature ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", [
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "rch.OutOfMemoryError: CUDA out of memory. Tried",                      # a wrap cut `to|rch.`
+    "torch.OutOfMemoryError: CUDA out of memo",                             # a wrap cut the phrase
+    " 5%|▌   | 10/200 [00:10<00:20, 1.2it/s]torch.OutOfMemoryError: CUDA out of memory.",   # a glued bar
+])
+def test_one_oom_phrase_whatever_the_terminal_did(text):
+    assert _phrase(text) == "OutOfMemoryError: CUDA out of memory"
+
+
+def test_a_launcher_tail_is_not_part_of_the_signature():
+    a = _phrase("torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 0 (pid: 4711) of binary: /usr/bin/python3")
+    b = _phrase("torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 0 (pid: 99) of binary: /opt/conda/bin/python")
+    assert a == b and "binary" not in a
