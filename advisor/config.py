@@ -201,21 +201,27 @@ def _int(v):
         return None
 
 
+def deepspeed_json(value, base=None):
+    """The DeepSpeed config a `deepspeed:` setting names: the dict itself, or the JSON file at that
+    path (as given, or beside the config), read only if it is a regular file of sane size (the
+    setting may name a FIFO or /dev/zero); None when there is none to read."""
+    if isinstance(value, dict):
+        return value
+    from .files import read_config_bytes
+    for cand in (Path(str(value)), (base or Path(".")) / str(value)):
+        try:
+            conf = json.loads(read_config_bytes(str(cand)))
+        except (InputError, ValueError, RecursionError):
+            continue
+        return conf if isinstance(conf, dict) else None
+    return None
+
+
 def deepspeed_stage(value, base=None):
     """'examples/deepspeed/ds_z3_offload_config.json' -> 'zero3_offload'; reads the JSON when it exists."""
     if value in (None, "", False):
         return None
-    if isinstance(value, dict):
-        conf = value
-    else:
-        conf = None
-        from .files import read_config_bytes
-        for cand in (Path(str(value)), (base or Path(".")) / str(value)):
-            try:        # a regular file of sane size: the config may name a FIFO or /dev/zero
-                conf = json.loads(read_config_bytes(str(cand)))
-                break
-            except (InputError, ValueError, RecursionError):
-                continue
+    conf = deepspeed_json(value, base)
     if isinstance(conf, dict):
         zero = conf.get("zero_optimization") or {}
         stage = zero.get("stage", 0)

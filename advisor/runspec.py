@@ -136,7 +136,6 @@ def deepspeed_buckets(conf):
 def sharding_facts(config):
     """FSDP and DeepSpeed bucket settings a config states, for spec_from_facts (the Facts record
     carries the ZeRO stage only): HF's `fsdp`/`fsdp_config`, and the DeepSpeed JSON it names."""
-    import json
     from pathlib import Path
     data = getattr(config, "data", None) or {}
     out = {}
@@ -150,15 +149,8 @@ def sharding_facts(config):
         if kind:
             out["fsdp"] = kind + ("_offload" if off and not kind.endswith("_offload") else "")
     ds = data.get("deepspeed")
-    conf = ds if isinstance(ds, dict) else None
-    if conf is None and ds:
-        from .files import read_config_bytes
-        for cand in (Path(str(ds)), Path(config.path).parent / str(ds)):
-            try:        # a regular file of sane size: the config may name a FIFO or /dev/zero
-                conf = json.loads(read_config_bytes(str(cand)))
-                break
-            except (InputError, ValueError, RecursionError):
-                continue
+    from .config import deepspeed_json
+    conf = deepspeed_json(ds, Path(config.path).parent) if ds else None
     if isinstance(conf, dict):
         out["deepspeed_buckets"] = deepspeed_buckets(conf)
     return out
