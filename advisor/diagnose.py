@@ -241,6 +241,9 @@ def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rul
         for e in evidence:
             e.approximate = e.line > t.exact_lines
     values = text_values(memory, merged.step, merged.total_steps, final_phase, lang)
+    trend = memory_trend(t.memory_series)
+    if trend is not None:
+        memory["trend"] = trend
     return Diagnosis(
         source=t.source, verdict=rule.verdict, accelerator=_accelerator(decisive, t), phase=final_phase,
         component=component, confidence=rule.confidence, rule=rule.id,
@@ -249,8 +252,40 @@ def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rul
         explanation=fill(getattr(rule.explanation, lang), values, lang), lang=lang,
         earlier_failures=t.earlier_failures, ranks=t.ranks,
         basis={"phase": phase_basis or "nothing in the log shows it", "component": component_basis},
-        notes=_second_readings(rule, component, memory, lang),
+        notes=_second_readings(rule, component, memory, lang)
+        + (_trend_note(trend, lang) if rule.verdict == "device_oom" and final_phase == "mid_training" else []),
     )
+
+
+def memory_trend(series):
+    """How per-step memory records moved before the failure: `growing` (a leak: something kept from
+    step to step), `flat` (the failing batch itself was larger: a long sample, an eval or a save), or
+    None with fewer than four records or no clear shape. A dict with the figures, for the JSON."""
+    values = [gib for _, gib in series]
+    if len(values) < 4 or max(values) <= 0:
+        return None
+    first, last, top = values[0], values[-1], max(values)
+    rising = sum(b >= a for a, b in zip(values, values[1:])) / (len(values) - 1)
+    kind = "growing" if last >= 1.15 * first and rising >= 0.7 else \
+        "flat" if top - min(values) <= 0.1 * top else None
+    return {"kind": kind, "records": len(values), "first_gib": round(first, 2), "last_gib": round(last, 2),
+            "max_gib": round(top, 2)} if kind else None
+
+
+def _trend_note(trend, lang):
+    if trend is None:
+        return []
+    n, a, b = trend["records"], trend["first_gib"], trend["last_gib"]
+    if trend["kind"] == "growing":
+        return [f"显存记录在 {n} 次记录中从 {a} GiB 持续涨到 {b} GiB：每步都有东西被留了下来（泄漏：跨步保留的张量，"
+                f"例如没有 .item() 就累加的 loss，或累积的评估输出），而不是某个样本太长。" if lang == "zh" else
+                f"Per-step memory grew steadily from {a} to {b} GiB over {n} records: something is kept from step "
+                f"to step (a leak: tensors held across steps, such as losses summed without .item(), or "
+                f"accumulated eval outputs), not one long sample."]
+    return [f"显存记录在 {n} 次记录中基本持平（约 {trend['max_gib']} GiB）：失败的那一批本身更大——很可能是一条特别长的样本，"
+            f"或紧随其后的评估/保存。" if lang == "zh" else
+            f"Per-step memory was flat (about {trend['max_gib']} GiB over {n} records): the batch that failed was "
+            f"itself larger — most likely one long sample, or the evaluation or save that followed."]
 
 
 def _second_readings(rule, component, memory, lang):

@@ -35,6 +35,10 @@ _LOSS_LINE = re.compile(r"\b(?:step|iter\w*)\s*:?\s*\d+\b.{0,200}?\bloss\b\s*[:=
 # the script a launcher ran: "python -u x.py", torchrun/deepspeed/accelerate lines, DeepSpeed's echoed argv
 _SCRIPT = re.compile(r"(?:python\d?(?:\.\d+)?|torchrun|deepspeed|launch|'-u',|nohup)\s+(?:['\"]?-[-\w=.]+['\"]?,?\s+)*"
                      r"['\"]?((?:[\w.-]+/)*[\w.-]+\.py)\b")
+# per-step memory a run prints: ms-swift's 'memory(GiB)', max_memory_allocated prints, "Max memory allocated: X GB"
+_MEM_POINT = re.compile(r"'memory\(GiB\)':\s*'?(?P<gib>[\d.]+)"
+                        r"|(?:max_memory_allocated|[Mm]ax(?:imum)? memory allocated|[Pp]eak memory)\W{0,4}(?P<v>[\d.]+)\s*(?P<u>GiB|GB|MiB|MB)")
+MEMORY_POINTS = 64
 # a training loop announcing its start, in the words most loops use
 _TRAIN_START = re.compile(r"(?:[Ss]tart(?:ing|ed)?|[Bb]egin(?:ning)?) (?:the )?(?:model )?training\b|[Tt]raining (?:started|begins)")
 _DICT = re.compile(r"\{'(loss|eval_loss|train_runtime|eval_runtime|predict_loss)'")
@@ -148,6 +152,8 @@ class Parser:
             self._progress(line, text)
         self._markers(line, text)
         self._facts(line, text, may_command, may_framework)
+        if "emory" in text and ("GiB" in text or "GB" in text or "MB" in text):
+            self._memory_point(line, text)
         kind = sig.classify(text) if may_signal else None
         if kind:
             self._signal(line, *kind)
@@ -261,6 +267,19 @@ class Parser:
         if not self.in_eval:
             self.in_eval = True
             self._mark("eval_start", line)
+
+    def _memory_point(self, line, text):
+        m = _MEM_POINT.search(text)
+        if m is None:
+            return
+        if m.group("gib"):
+            gib = float(m.group("gib"))
+        else:
+            gib = float(m.group("v")) / (1024 if m.group("u") in ("MiB", "MB") else 1)
+        series = self.t.memory_series
+        series.append((line.no, gib))
+        if len(series) > MEMORY_POINTS:
+            del series[0]
 
     # ---- phase markers ---------------------------------------------------------------------
     def _mark(self, kind, line, step=None, total=None):

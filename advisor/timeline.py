@@ -92,5 +92,6 @@ class Timeline(Record):
     window: list = field(default_factory=list)               # reader.Line objects around the failure
     fact_lines: dict = field(default_factory=dict)           # fact name -> log line it came from
     exact_lines: Optional[int] = None                        # big files: line numbers past this are estimates
+    memory_series: list = field(default_factory=list)        # (log line, GiB) of per-step memory records, the last 64
     command: Optional[str] = None                            # the launch command the log echoes (first lines)
     command_line: Optional[int] = None

@@ -193,3 +193,20 @@ def test_distinct_devices_across_the_messages_mean_several_gpus():
     log = "".join(OOM.replace("GPU 0", f"GPU {i}") + "\n" for i in (0, 3))
     d = diagnose_text(log)
     assert d.memory["devices_seen"] == [0, 3]
+
+
+def _swift_steps(values):
+    return "".join(f"{{'loss': 1.2, 'learning_rate': 1e-05, 'memory(GiB)': {v}, 'train_speed(iter/s)': 0.5}}\n"
+                   for v in values)
+
+
+def test_memory_growing_step_after_step_reads_as_a_leak():
+    d = diagnose_text(_swift_steps([20.1, 21.0, 22.2, 23.5, 24.9, 26.3]) + OOM + "\n", with_plan=False)
+    assert d.phase == "mid_training" and d.memory["trend"]["kind"] == "growing"
+    assert any("grew steadily from 20.1 to 26.3 GiB" in n for n in d.notes)
+
+
+def test_flat_memory_then_a_failure_reads_as_one_long_batch():
+    d = diagnose_text(_swift_steps([30.1, 30.3, 30.0, 30.2, 30.1]) + OOM + "\n", with_plan=False)
+    assert d.memory["trend"]["kind"] == "flat" and any("flat" in n for n in d.notes)
+    assert "trend" not in diagnose_text(_swift_steps([30.1, 30.3]) + OOM + "\n", with_plan=False).memory
