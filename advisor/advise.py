@@ -2,7 +2,7 @@
 
 from .budget import estimate
 from .i18n import colon, label
-from .plan import make_plan, observed_need
+from .plan import make_plan, observed_need, several_gpus
 from .rules import rules_by_id
 from .runspec import sharding_facts, spec_from_facts
 
@@ -34,8 +34,7 @@ def _component_from_sizes(d, spec, budget):
     is one of its tensors (stated batch and length only), else one term alone is larger than the card."""
     from .tensors import match
     f, mem = d.facts, d.memory or {}
-    several = (f.get("num_gpus") or 1) > 1 or (mem.get("device_index") or 0) >= 1 or bool(d.ranks)
-    counts = (f["num_gpus"],) if f.get("num_gpus") else (2, 4, 8) if several else (1,)
+    counts = (f["num_gpus"],) if f.get("num_gpus") else (2, 4, 8) if several_gpus(d) else (1,)
     hit = match(mem.get("tried_gib"), spec.model, f.get("batch"), f.get("seq_len"), counts)
     if hit:
         d.component, d.basis["component"] = hit[0], f"tensor shape: the request is {hit[1]}"

@@ -35,6 +35,17 @@ class Step(Record):
     alternative: bool = False
 
 
+def several_gpus(diagnosis):
+    """Several GPUs: stated, or implied by a device index above 0, by distinct devices across the
+    messages, by [rankN]: prefixes (the distributed excepthook), by a DeepSpeed config, or by DDP's
+    own frames in the evidence."""
+    f, mem = diagnosis.facts, diagnosis.memory or {}
+    return bool((f.get("num_gpus") or 1) > 1 or (mem.get("device_index") or 0) >= 1
+                or len(mem.get("devices_seen") or ()) > 1
+                or diagnosis.ranks or str(f.get("deepspeed") or "").startswith("zero")
+                or any("nn/parallel/distributed.py" in e.text for e in diagnosis.evidence))
+
+
 class Context:
     """What the builders read: the run as estimated, the user's file, the card, the allocator."""
 
@@ -47,13 +58,7 @@ class Context:
         self.dialect = config.dialect if config is not None else \
             {"llamafactory": "llamafactory", "axolotl": "axolotl", "trl": "trl", "ms-swift": "ms_swift"}.get(
                 f.get("framework"), "hf")
-        mem = diagnosis.memory or {}
-        # several GPUs: stated, or implied by a device index above 0, by [rankN]: prefixes (the
-        # distributed excepthook), by a DeepSpeed config, or by DDP's own frames in the evidence
-        self.multi_gpu = bool((f.get("num_gpus") or 1) > 1 or (mem.get("device_index") or 0) >= 1
-                              or len(mem.get("devices_seen") or ()) > 1
-                              or diagnosis.ranks or str(f.get("deepspeed") or "").startswith("zero")
-                              or any("nn/parallel/distributed.py" in e.text for e in diagnosis.evidence))
+        self.multi_gpu = several_gpus(diagnosis)
         self.data = config.data if config is not None else {}
         self.gap = 0.0       # GiB the allocator saw beyond the estimate: added to every what-if
 

@@ -334,7 +334,7 @@ def logical_lines(stream, start_no=1):
     own, with the bar's line number."""
     for line in _physical_to_logical(stream, start_no):
         text = line.text
-        if "[rank" in text[1:] and "]:" in text:
+        if text.find("[rank", 1) > 0 and "]:" in text:      # no copy of the line: this runs on every line
             # ranks writing at once glue one rank's line onto another's ("…Error: x[rank1]:   File …")
             m = _GLUED_RANK.search(text)
             if m:
