@@ -10,7 +10,10 @@ from .runspec import sharding_facts, spec_from_facts
 def complete(diagnosis, config=None, gpu=None, model=None, params=None):
     rule = rules_by_id()[diagnosis.rule]
     spec = None
-    if diagnosis.verdict == "device_oom":
+    from .jobkind import no_training_estimate
+    # an inference engine's memory is weights, a KV cache it sizes itself and its warm-up: the
+    # training estimate (gradients, optimizer, activations of a batch) does not describe it
+    if diagnosis.verdict == "device_oom" and not no_training_estimate(diagnosis):
         spec, notes = spec_from_facts(diagnosis.facts, diagnosis.memory, gpu=gpu, model=model, params=params,
                                       overrides=_sharding_seen(diagnosis, config))
         if spec is not None:

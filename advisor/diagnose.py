@@ -186,7 +186,7 @@ def text_values(memory, step=None, total_steps=None, phase="unknown", lang="en")
     return {**gib, "step": unknown if step is None else step, "total_steps": total_steps or unknown, "phase": phase}
 
 
-def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rules=None) -> Diagnosis:
+def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rules=None, config=None) -> Diagnosis:
     window = t.window
     decisive = _decisive(t.signals)
     frames = frames_of(window)
@@ -224,6 +224,15 @@ def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rul
     final_phase = phase if rule.phase == "auto" else rule.phase
     if rule.phase != "auto" and rule.phase != phase:
         phase_basis = f"rule {rule.id} ({rule.name})"
+    job_kind = job_basis = None
+    if rule.verdict in ("device_oom", "host_oom"):
+        from .jobkind import ENGINE_KINDS, decide
+        # the whole failing traceback: a chained one (Ray's RayTaskError) keeps the engine's frames below
+        start = dframes[0].line if dframes else 0
+        job_kind, job_basis = decide([f for f in frames if f.line >= start], [ln.text for ln in window], t.command,
+                                     config, final_phase)
+        if job_kind in ENGINE_KINDS and final_phase == "unknown":   # an engine's job is inference throughout
+            final_phase, phase_basis = "inference", f"job: {job_kind} ({job_basis})"
     component, component_basis = _component(rule, final_phase, named)
     if rule.verdict == "no_failure":
         final_phase, phase_basis = "none", ""
@@ -235,6 +244,10 @@ def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rul
                 setattr(merged, name, value)
     if merged.step is None:
         merged.step = t.context.step
+    merged.job_kind = job_kind
+    if job_kind in ("serving", "offline_generation", "rl_rollout"):
+        from .jobkind import engine_settings
+        merged.engine = engine_settings([ln.text for ln in window]) or None
 
     evidence = _evidence(decisive, numbered, hits, dframes, t, rule)
     if t.exact_lines is not None:
@@ -251,7 +264,8 @@ def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rul
         facts=merged.model_dump(), title=getattr(rule.title, lang),
         explanation=fill(getattr(rule.explanation, lang), values, lang), lang=lang,
         earlier_failures=t.earlier_failures, ranks=t.ranks,
-        basis={"phase": phase_basis or "nothing in the log shows it", "component": component_basis},
+        basis={"phase": phase_basis or "nothing in the log shows it", "component": component_basis,
+               **({"job_kind": job_basis} if job_kind else {})},
         notes=_second_readings(rule, component, memory, lang)
         + (_trend_note(trend, lang) if rule.verdict == "device_oom" and final_phase == "mid_training" else []),
     )

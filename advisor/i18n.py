@@ -169,7 +169,8 @@ ACTIONS = {
     "zero_sharding": "DeepSpeed ZeRO 多卡切分", "cpu_offload": "卸载到 CPU", "free_other_process": "释放被占用的显卡",
     "expandable_segments": "开启可扩展显存段", "eval_batch": "减小评估批处理大小",
     "eval_accumulation": "评估结果分批移到 CPU", "fix_non_memory_bug": "修复真正的错误",
-    "more_host_ram": "增加主机内存",
+    "more_host_ram": "增加主机内存", "engine_memory_share": "调低推理引擎的显存占比", "enforce_eager": "以 eager 模式运行引擎",
+    "kv_cache_fp8": "KV cache 改用 fp8", "tensor_parallel": "张量并行切分模型", "generation_len": "减少生成长度",
 }
 
 

@@ -40,7 +40,7 @@ def diagnose_stream(stream, source, config_path=None, lang="en", gpu=None, model
         from .config import config_from_log
         config = config_from_log(timeline)
     facts = config.facts if config else None
-    diagnosis = diagnose_timeline(timeline, lang=lang, facts=facts)
+    diagnosis = diagnose_timeline(timeline, lang=lang, facts=facts, config=config)
     if config and config.from_log is None:
         diagnosis.conflicts = config.conflicts_with(timeline.facts)
     if callable(with_plan):                   # triage: a plan only where its reply will quote one

@@ -15,6 +15,7 @@ from . import dialects as D
 from .planwords import display_text, why_text
 from .record import Record
 from .runspec import zero_of
+from .jobkind import ENGINE_KINDS, engine_failed
 
 SAFE, UNSAFE, DISPLAY = "safe", "unsafe", "display"
 PHASE_LADDER = {"load": "OOM101", "first_step": "OOM201", "mid_training": "OOM204", "evaluation": "OOM404",
@@ -55,10 +56,16 @@ class Context:
         self.facts = f
         # a file of no known dialect gets words, not keys; with no file, the log's framework names
         # the keys of the snippet
+        self.job = f.get("job_kind") or "training"
+        self.engine = f.get("engine") or {}       # the engine's settings as its log printed them
         self.dialect = config.dialect if config is not None else \
-            {"llamafactory": "llamafactory", "axolotl": "axolotl", "trl": "trl", "ms-swift": "ms_swift"}.get(
-                f.get("framework"), "hf")
+            "vllm" if self.job in ENGINE_KINDS else \
+            {"llamafactory": "llamafactory", "axolotl": "axolotl", "trl": "trl", "ms-swift": "ms_swift",
+             "verl": "verl"}.get(f.get("framework"), "hf")
         self.multi_gpu = several_gpus(diagnosis)
+        # an RL job whose failing frames are its rollout engine's: the engine's batch, not the actor's
+        self.rollout_failed = self.job == "rl_rollout" and engine_failed(diagnosis)
+        self.engine_job = self.job in ENGINE_KINDS or self.rollout_failed     # moves in the engine's own words
         self.data = config.data if config is not None else {}
         self.gap = 0.0       # GiB the allocator saw beyond the estimate: added to every what-if
 
@@ -103,6 +110,8 @@ class Context:
 
 # ---- one builder per action: (changes, spec update, applicability) or None when it cannot help ----
 def _reduce_batch(c, s):
+    if c.job in ENGINE_KINDS or c.job == "rl_rollout" and c.rollout_failed and D.knob(c.dialect, "max_num_seqs"):
+        return _engine_batch(c, s)
     if not c.facts.get("batch"):
         return {}, {}, DISPLAY                    # batch never stated: say what to do, not which number
     b = s.batch if s else c.facts["batch"]
@@ -120,6 +129,76 @@ def _reduce_batch(c, s):
     return ch, {"batch": nb}, SAFE
 
 
+def _engine_batch(c, s):
+    """An engine's batch is how many sequences it runs at once (vLLM warms its sampler up with
+    that many dummy requests): halved, results unchanged, throughput lower."""
+    key = c.key("max_num_seqs")
+    seqs = c.config.value(key) if c.config is not None and key and c.config.has(key) else c.engine.get("max_num_seqs")
+    fallback = seqs
+    if not isinstance(seqs, int) or isinstance(seqs, bool):
+        seqs, fallback = D.default_of(c.dialect, "max_num_seqs"), None      # the engine ran with its default
+        if not isinstance(seqs, int):
+            return {}, {}, DISPLAY
+    if seqs <= 1:
+        return None
+    return c.change("max_num_seqs", max(1, seqs // 2), fallback=fallback), {}, SAFE
+
+
+# how far the engine's share of the card comes down: a server's warm-up needs a little more room
+# outside its share; a rollout engine shares the card with the actor, which needs much more
+SHARE_STEP = {"serving": 0.05, "offline_generation": 0.05, "rl_rollout": 0.1}
+
+
+def _engine_memory_share(c, s):
+    key = c.key("gpu_memory_utilization")
+    if not key:
+        return {}, {}, DISPLAY
+    now = c.config.value(key) if c.config is not None and c.config.has(key) else c.engine.get("gpu_memory_utilization")
+    fallback = now
+    if not isinstance(now, (int, float)) or isinstance(now, bool):
+        if c.config is None:                      # no file and the log never said: lower it, by hand
+            return {}, {}, DISPLAY
+        now, fallback = D.default_of(c.dialect, "gpu_memory_utilization"), None
+    if not isinstance(now, (int, float)) or now <= 0.2:
+        return ({}, {}, DISPLAY) if now is D.MISSING else None
+    new = round(max(0.2, now - SHARE_STEP.get(c.job, 0.05)), 2)
+    return c.change("gpu_memory_utilization", new, fallback=fallback), {}, SAFE
+
+
+def _enforce_eager(c, s):
+    on = c.config.value(c.key("enforce_eager")) if c.config is not None and c.key("enforce_eager") and \
+        c.config.has(c.key("enforce_eager")) else c.engine.get("enforce_eager")
+    if on is True:
+        return None
+    return c.change("enforce_eager", True, fallback=on), {}, SAFE
+
+
+def _kv_cache_fp8(c, s):
+    if str(c.engine.get("kv_cache_dtype") or "").startswith("fp8"):
+        return None
+    return c.change("kv_cache_dtype", True, fallback=c.engine.get("kv_cache_dtype")), {}, UNSAFE
+
+
+def _tensor_parallel(c, s):
+    tp = c.engine.get("tensor_parallel_size")
+    key = c.key("tensor_parallel")
+    if c.config is not None and key and c.config.has(key):
+        tp = c.config.value(key)
+    if not isinstance(tp, int) or not c.multi_gpu:
+        return {}, {}, DISPLAY
+    return c.change("tensor_parallel", tp * 2, fallback=tp), {}, SAFE
+
+
+def _generation_len(c, s):
+    key = c.key("generation_len")
+    if not key or c.config is None or not c.config.has(key):
+        return {}, {}, DISPLAY
+    n = c.config.value(key)
+    if not isinstance(n, int) or n <= 64:
+        return None
+    return c.change("generation_len", n // 2), {}, UNSAFE
+
+
 def _grad_checkpointing(c, s):
     on = s.grad_ckpt if s else c.facts.get("grad_ckpt")
     if on:
@@ -128,6 +207,11 @@ def _grad_checkpointing(c, s):
 
 
 def _reduce_seq_len(c, s):
+    if c.job in ENGINE_KINDS:                     # the engine's longest request: longer ones are refused
+        seq = c.engine.get("max_model_len") or c.facts.get("seq_len")
+        if not isinstance(seq, int) or seq <= 2048:
+            return None if isinstance(seq, int) else ({}, {}, DISPLAY)
+        return c.change("max_model_len", seq // 2, fallback=seq), {}, UNSAFE
     seq = s.seq if s else c.facts.get("seq_len")
     if not seq:
         return {}, {}, DISPLAY                    # length never stated: say what to do, not which number
@@ -223,7 +307,8 @@ def _eval_batch(c, s):
     eb = c.facts.get("eval_batch") or 8
     if eb <= 1:
         return None
-    new = max(1, min(eb // 2, c.facts.get("batch") or eb // 2))
+    # during training, no larger than the training batch; a prediction-only run has none
+    new = max(1, eb // 2 if c.job == "prediction" else min(eb // 2, c.facts.get("batch") or eb // 2))
     return c.change("eval_batch", new, fallback=eb), {}, SAFE
 
 
@@ -259,7 +344,9 @@ BUILDERS = {"reduce_batch": _reduce_batch, "grad_checkpointing": _grad_checkpoin
             "zero_sharding": _zero_sharding, "cpu_offload": _cpu_offload, "eval_batch": _eval_batch,
             "eval_accumulation": _eval_accumulation, "expandable_segments": _expandable_segments,
             "more_host_ram": _more_host_ram, "free_other_process": _display_only, "smaller_model": _display_only,
-            "fix_non_memory_bug": _display_only}
+            "fix_non_memory_bug": _display_only, "engine_memory_share": _engine_memory_share,
+            "enforce_eager": _enforce_eager, "kv_cache_fp8": _kv_cache_fp8, "tensor_parallel": _tensor_parallel,
+            "generation_len": _generation_len}
 
 
 # ---- the ladder ---------------------------------------------------------------------------
@@ -290,7 +377,34 @@ def observed_need(memory):
 _BATCH_MOVES = ("reduce_batch", "grad_accum", "grad_checkpointing", "reduce_seq_len", "eval_batch", "eval_accumulation")
 
 
+# the moves of a job that is not a training step: an engine's own settings, a prediction's eval
+# batch and generation length; no training batch, accumulation or optimizer move for them
+JOB_LADDERS = {
+    "serving": ("reduce_batch", "engine_memory_share", "enforce_eager", "reduce_seq_len", "kv_cache_fp8"),
+    "offline_generation": ("reduce_batch", "engine_memory_share", "enforce_eager", "reduce_seq_len", "kv_cache_fp8"),
+    "rl_rollout": ("engine_memory_share", "reduce_batch", "cpu_offload", "enforce_eager"),
+}
+ENGINE_LOAD_LADDER = ("tensor_parallel", "smaller_model")      # weights that do not fit one card
+_OUTSIDE_ESTIMATE = tuple(JOB_LADDERS) + ("prediction",)   # jobs whose moves the training estimate cannot judge
+_NOT_IN_PREDICTION = ("reduce_batch", "grad_accum", "grad_checkpointing", "optimizer_8bit", "use_lora", "cpu_offload")
+_PREDICTION_MOVES = ("eval_batch", "eval_accumulation", "generation_len")
+
+
 def candidates(diagnosis, rule, multi_gpu):
+    job = diagnosis.facts.get("job_kind")
+    if job in ENGINE_KINDS and diagnosis.component == "weights":
+        return list(ENGINE_LOAD_LADDER)
+    if job in JOB_LADDERS and diagnosis.component not in ("other_process", "fragmentation", "host_memory"):
+        return list(JOB_LADDERS[job])
+    if job == "prediction":
+        # accumulated outputs: move them off the card first; a generation: smaller batches, fewer tokens
+        moves = _PREDICTION_MOVES if diagnosis.component == "eval_outputs" else ("eval_batch", "generation_len")
+        own = [a for a in _candidates(diagnosis, rule, multi_gpu) if a not in _NOT_IN_PREDICTION + moves]
+        return [a for a in moves] + own
+    return _candidates(diagnosis, rule, multi_gpu)
+
+
+def _candidates(diagnosis, rule, multi_gpu):
     from .rules import rules_by_id
     actions = list(rule.actions)
     conclusive = any(a in _CONCLUSIVE for a in actions)
@@ -346,13 +460,19 @@ def make_plan(diagnosis, rule, spec=None, config=None, lang="en") -> List[dict]:
         # already on), the ladder goes on with what shrinks the other terms, and ends on a bigger
         # card; at load time no batch exists, so no batch move
         rest = [a for a in _FALLBACK if a not in own and not (a in _BATCH_MOVES and diagnosis.phase == "load")]
+        if c.job in ENGINE_KINDS or c.job == "rl_rollout":
+            rest = ["smaller_model"]                # a training move is no fallback for an engine
+        elif c.job == "prediction":
+            rest = [a for a in rest if a not in _NOT_IN_PREDICTION]
     for action in own + rest:
         if action in rest and (steps or fitted):
             break                           # the fallback is for a true dead end only
         step, update = _step(c, action, current)
         if step is None:
             continue
-        if fitted:
+        outside = c.job in _OUTSIDE_ESTIMATE
+        if fitted or outside and step.applicability == UNSAFE:
+            # no estimate can show a move that changes results is needed: it is offered, not applied
             step.alternative = True
             steps.append(step)
             if sum(s.alternative for s in steps) >= 2:
@@ -361,8 +481,11 @@ def make_plan(diagnosis, rule, spec=None, config=None, lang="en") -> List[dict]:
         steps.append(step)
         if current is not None and update:
             current = current.model_copy(update=update)
-        fitted = bool(step.fits_after or (spec is None and len(steps) >= 3)
+        # an engine's or a prediction's moves are outside the training estimate: two, then alternatives
+        main = sum(not s.alternative for s in steps)
+        fitted = bool(step.fits_after or (outside and main >= 2) or (spec is None and len(steps) >= 3)
                       or (step.applicability == DISPLAY and action in _CONCLUSIVE))
+    steps = [s for s in steps if not s.alternative] + [s for s in steps if s.alternative]
     return [s.model_dump() for s in steps]
 
 

@@ -51,6 +51,32 @@ WHY = {
                             "low_cpu_mem_usage loading help; otherwise add RAM or swap.",
                       "zh": "耗尽的是主机内存而不是显存：减少工作进程、流式读取数据、low_cpu_mem_usage 加载都有帮助；"
                             "否则请增加内存或交换空间。"},
+    "engine_memory_share": {"en": "The engine takes this share of the card for its weights and KV cache up front; a smaller "
+                                  "share leaves room for what runs beside it (its warm-up and CUDA graphs, or the RL "
+                                  "actor on the same card), with fewer requests served at once.",
+                            "zh": "推理引擎启动时就按这个比例占下显卡，用于权重和 KV cache；比例调小，给同卡上的其他部分"
+                                  "（引擎的预热和 CUDA graph，或 RL 中同卡的 actor）留出空间，代价是同时处理的请求变少。"},
+    "enforce_eager": {"en": "Eager mode skips CUDA-graph capture and the memory its graphs keep, at some decoding speed.",
+                      "zh": "eager 模式不捕获 CUDA graph，省下 graph 占用的显存，解码会稍慢。"},
+    "kv_cache_fp8": {"en": "An fp8 KV cache holds twice the tokens in the same memory; it changes outputs slightly.",
+                     "zh": "fp8 的 KV cache 在同样的显存里能放下两倍的 token；输出会略有变化。"},
+    "tensor_parallel": {"en": "Tensor parallelism splits every layer's weights across the GPUs: each holds a share.",
+                        "zh": "张量并行把每层的权重切分到多张卡上，每张卡只存一部分。"},
+    "generation_len": {"en": "Generation keeps a KV cache and logits for every new token; fewer new tokens per sample "
+                             "need less, but long answers are cut.",
+                       "zh": "生成时每个新 token 都要保留 KV cache 和 logits；减少每条样本生成的 token 数能省显存，但长答案会被截断。"},
+}
+
+# an engine's batch and length are its own settings: said in its words
+ENGINE_WHY = {
+    "reduce_batch": {"en": "The engine runs up to max_num_seqs sequences at once and warms its sampler up with that many: "
+                           "fewer at once need less memory outside the KV cache; results do not change, throughput "
+                           "falls.",
+                     "zh": "引擎最多同时运行 max_num_seqs 条序列，并按这个数量预热采样器：同时运行的序列少了，KV cache 之外"
+                           "需要的显存就少；结果不变，吞吐量下降。"},
+    "reduce_seq_len": {"en": "max_model_len caps the longest request the engine accepts and sizes its warm-up; longer "
+                             "requests are refused.",
+                       "zh": "max_model_len 限定引擎接受的最长请求，也决定预热的规模；更长的请求会被拒绝。"},
 }
 
 # Each move in a few words, for a support reply that speaks to many runs at once (no numbers).
@@ -75,7 +101,17 @@ SHORT = {
     "fix_non_memory_bug": ("fix the underlying error — memory settings will not help", "修复真正的错误：调整显存设置没有用"),
     "more_host_ram": ("give the job more host RAM, or load with low_cpu_mem_usage and fewer workers",
                       "增加主机内存，或用 low_cpu_mem_usage 加载并减少预处理进程"),
+    "engine_memory_share": ("lower the inference engine's gpu_memory_utilization", "调低推理引擎的 gpu_memory_utilization"),
+    "enforce_eager": ("run the engine eagerly (enforce_eager), without CUDA graphs", "以 eager 模式运行引擎（enforce_eager），不用 CUDA graph"),
+    "kv_cache_fp8": ("store the KV cache in fp8 (kv_cache_dtype: fp8)", "KV cache 改用 fp8（kv_cache_dtype: fp8）"),
+    "tensor_parallel": ("split the model across GPUs with tensor parallelism (tensor_parallel_size)",
+                        "用张量并行（tensor_parallel_size）把模型切分到多张卡"),
+    "generation_len": ("generate fewer new tokens per sample (max_new_tokens)", "减少每条样本生成的 token 数（max_new_tokens）"),
 }
+
+# an engine's moves in its own words
+ENGINE_SHORT = {"reduce_batch": ("lower max_num_seqs, the sequences the engine runs at once", "调小 max_num_seqs（引擎同时运行的序列数）"),
+                "reduce_seq_len": ("lower max_model_len", "调小 max_model_len")}
 
 
 _DISPLAY = {
@@ -116,6 +152,8 @@ def _fsdp(c):
 
 
 def display_text(action, c):
+    if c.engine_job and action in ENGINE_SHORT:
+        return ENGINE_SHORT[action][1 if c.lang == "zh" else 0]
     if action == "expandable_segments":
         var = {"npu": "PYTORCH_NPU_ALLOC_CONF", "rocm": "PYTORCH_HIP_ALLOC_CONF"}.get(c.d.accelerator,
                                                                                      "PYTORCH_CUDA_ALLOC_CONF")
@@ -131,11 +169,14 @@ def display_text(action, c):
 # Moves that are config changes even when the patch cannot carry them (the key or its value is
 # unknown, or the change lives in the DeepSpeed JSON): "change by hand", not "outside the config".
 MANUAL = ("reduce_batch", "grad_accum", "grad_checkpointing", "reduce_seq_len", "precision", "optimizer_8bit",
-          "zero_sharding", "cpu_offload", "eval_batch", "eval_accumulation")
+          "zero_sharding", "cpu_offload", "eval_batch", "eval_accumulation", "engine_memory_share", "enforce_eager",
+          "kv_cache_fp8", "tensor_parallel", "generation_len")
 
 
 def why_text(action, c, changes):
     """Why a move helps; the batch move says what its own numbers do (8 → 1 is not a halving)."""
+    if c.engine_job and action in ENGINE_WHY:
+        return ENGINE_WHY[action][c.lang]
     if action == "reduce_batch":
         said = _batch_why(c.lang, changes.get(c.key("batch")), changes.get(c.key("grad_accum")))
         if said:

@@ -66,6 +66,9 @@ class Facts(Record):
     packing: Optional[bool] = None
     accelerator: Optional[str] = None      # cuda | npu | xpu | mps | rocm, from device lines
     script: Optional[str] = None           # the entry script a launcher line or the outermost frame names
+    job_kind: Optional[str] = None         # training | evaluation | prediction | serving | offline_generation |
+                                           # rl_rollout | saving | loading (jobkind.py)
+    engine: Optional[dict] = None          # an inference engine's settings the log printed (max_num_seqs=256, ...)
 
 
 @dataclass

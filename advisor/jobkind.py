@@ -1,0 +1,125 @@
+"""What kind of job failed (data/jobkinds.yaml): training, evaluation, prediction, serving,
+offline generation, an RL rollout, saving or loading. The plan follows the kind: a vLLM server
+gets its engine's moves and never a training batch.
+
+Strongest first: the failing frames, the launch command, the log's own lines, the config; a
+training job then takes its kind from the phase (a failure while loading or saving).
+"""
+
+import re
+
+from .dialects import get_path
+
+KINDS = ("training", "evaluation", "prediction", "serving", "offline_generation", "rl_rollout", "saving", "loading")
+ENGINE_KINDS = ("serving", "offline_generation")      # an inference engine runs the whole job
+_TRAINING_PHASES = ("first_step", "mid_training")
+
+
+def no_training_estimate(diagnosis):
+    """A job no training step ran in: an engine's failure, or a prediction-only run (weights, a KV
+    cache and generated logits, no gradients or optimizer states). The training estimate is not its budget."""
+    return engine_failed(diagnosis) or diagnosis.facts.get("job_kind") == "prediction"
+
+
+def engine_failed(diagnosis):
+    """The failure is an inference engine's own: a server, offline generation, or an RL job's
+    rollout engine as its failing frames show. The training estimate does not describe it."""
+    job = diagnosis.facts.get("job_kind")
+    return job in ENGINE_KINDS or job == "rl_rollout" and (diagnosis.basis or {}).get("job_kind") == "frames"
+
+
+def _table():
+    from .snapshot import snapshot
+    return snapshot()["jobkinds"]
+
+
+def _from_frames(frames):
+    """The first entry (the table's order is its precedence: an RL rollout runs vLLM's frames too)
+    that any frame of the failing traceback matches."""
+    paths = [(f.path.replace("\\", "/"), f.func) for f in frames or ()]
+    for e in _table()["frames"]:
+        if any(re.search(e["path"], path) and re.fullmatch(e["func"], func) for path, func in paths):
+            return e["kind"]
+    return None
+
+
+def _from_text(entries, text):
+    for e in entries:
+        if text and re.search(e["pattern"], text):
+            return e
+    return None
+
+
+def _from_config(config):
+    if config is None:
+        return None
+    data = config.data if isinstance(config.data, dict) else {}
+    for e in _table()["config"]:
+        held = all(_truthy(get_path(data, k)) == bool(v) for k, v in e["set"].items())
+        barred = any(_truthy(get_path(data, k)) == bool(v) for k, v in (e.get("unless") or {}).items())
+        if held and not barred:
+            return e
+    kind = _table()["dialects"].get(config.dialect)
+    return {"kind": kind, "rl": kind == "rl_rollout"} if kind else None
+
+
+def _truthy(v):
+    return str(v).strip().lower() in ("true", "1", "yes") if v is not None and not isinstance(v, bool) else bool(v)
+
+
+def decide(frames, lines, command, config, phase):
+    """(kind, basis): the job's kind and in a few words what decided it."""
+    seen = _from_frames(frames)
+    if seen in ENGINE_KINDS + ("rl_rollout",):
+        return seen, "frames"
+    job = _from_text(_table()["commands"], command or "") or _from_text(
+        _table()["commands"], config.text if config is not None and config.command is not None else "")
+    basis = "launch command"
+    if job is None:
+        job, basis = _from_config(config), "config"
+    if job is None:
+        text = "\n".join(lines or ())
+        job, basis = _from_text(_table()["lines"], text), "log lines"
+    kind = job["kind"] if job else None
+    if kind in ENGINE_KINDS:
+        return kind, basis
+    if job and job.get("rl"):
+        # the actor's update is training; anything else in an RL job runs beside its rollout engine
+        return ("training", "phase") if phase in _TRAINING_PHASES and frames else ("rl_rollout", basis)
+    if seen == "prediction" or kind == "prediction":
+        return ("prediction", "frames" if seen else basis) if phase not in ("load", "checkpoint_save") else \
+            (_table()["phases"][phase], "phase")
+    if kind == "saving":
+        return kind, basis
+    return _table()["phases"].get(phase, "training"), "phase"
+
+
+# what an engine prints of its own settings: vLLM's `args: Namespace(max_num_seqs=256, ...)` and
+# `Initializing a V1 LLM engine ... with config: ... enforce_eager=False`, its warm-up error's
+# "with 256 dummy requests" (vllm/v1/worker/gpu_model_runner.py _dummy_sampler_run, 0.8.5-0.11)
+_SETTING = re.compile(r"\b(max_num_seqs|gpu_memory_utilization|max_model_len|tensor_parallel_size|enforce_eager"
+                      r"|kv_cache_dtype)=([\w.]+)")
+_DUMMY = re.compile(r"warming up sampler with (\d+) dummy requests")
+
+
+def engine_settings(lines):
+    """{setting: value} from the engine's own lines (the last print wins); {} when it printed none."""
+    out = {}
+    for text in lines:
+        for name, value in _SETTING.findall(text):
+            out[name] = _value(value)
+        m = _DUMMY.search(text)
+        if m and "max_num_seqs" not in out:
+            out["max_num_seqs"] = int(m.group(1))
+    return out
+
+
+def _value(v):
+    if v in ("True", "False"):
+        return v == "True"
+    for cast in (int, float):
+        try:
+            return cast(v)
+        except ValueError:
+            pass
+    return v
