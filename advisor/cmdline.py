@@ -170,6 +170,9 @@ def render(value):
     return s if re.fullmatch(r"[\w./:@,+-]+", s) else "'" + s.replace("'", "'\\''") + "'"
 
 
+_PASS_THROUGH = re.compile(r'"?\$(?:@|\*|\{@\})"?')
+
+
 def patched(cmd, changes):
     """The text with each change applied to the command: values in place, new settings appended."""
     text, edits, added = cmd.text, [], []
@@ -188,14 +191,19 @@ def patched(cmd, changes):
         else:
             added.append(f"{key}={render(new)}" if cmd.style == "kv" else f"--{flag} {render(new)}")
     if added:
-        end = cmd.words[-1][2]
-        line_start = text.rfind("\n", 0, end) + 1
-        if "\\\n" in text[cmd.start:cmd.end]:       # one setting per continuation line, as the user writes them
-            indent = re.match(r"[ \t]*", text[line_start:]).group()
-            sep = " \\\n" + indent
+        body = text[cmd.start:cmd.end]
+        nl = "\r\n" if "\\\r\n" in body else "\n"
+        passed_on = len(cmd.words) > 1 and _PASS_THROUGH.fullmatch(cmd.words[-1][0])
+        last_line = text.rfind("\n", 0, cmd.words[-1][1]) + 1
+        indent = re.match(r"[ \t]*", text[last_line:]).group()
+        if "\\" + nl in body and passed_on:
+            # a script's trailing "$@" (the arguments it is called with) comes last and wins: the new
+            # settings go on lines of their own above it, and the lines the user wrote stay as they were
+            edits.append((last_line, last_line, "".join(indent + a + " \\" + nl for a in added)))
         else:
-            sep = " "
-        edits.append((end, end, "".join(sep + a for a in added)))
+            end = cmd.words[-2 if passed_on else -1][2]
+            sep = " \\" + nl + indent if "\\" + nl in body else " "   # one setting a line, as the user writes them
+            edits.append((end, end, "".join(sep + a for a in added)))
     for s, e, new in sorted(edits, reverse=True):
         text = text[:s] + new + text[e:]
     return text

@@ -224,3 +224,13 @@ def test_json_config_keeps_json():
 ])
 def test_one_shared_key_is_not_a_dialect(data):
     assert D.detect(data) == D.UNKNOWN
+
+
+def test_new_settings_go_before_a_scripts_trailing_arguments():
+    # "$@" passes the script's own arguments on: they must stay last to override, and every line
+    # the user wrote stays as it was (line ends and encodings: benchmarks/fuzz.py)
+    text = "python3 -m verl.trainer.main_ppo \\\n    a.b=1 \\\n    trainer.total_epochs=3 $@\n"
+    out = patched(find_command(text), {"a.b": [1, 2], "x.y": ["unset", 4]})
+    assert out == "python3 -m verl.trainer.main_ppo \\\n    a.b=2 \\\n    x.y=4 \\\n    trainer.total_epochs=3 $@\n"
+    out = patched(find_command("vllm serve m --max-num-seqs 8 \"$@\"\n"), {"max_num_seqs": [8, 4], "kv_cache_dtype": ["auto", "fp8"]})
+    assert out == "vllm serve m --max-num-seqs 4 --kv-cache-dtype fp8 \"$@\"\n"
