@@ -23,13 +23,24 @@ def complete(diagnosis, config=None, gpu=None, model=None, params=None):
             _compare(diagnosis, budget)
             if diagnosis.component == "unknown":
                 _component_from_sizes(diagnosis, spec, budget)
-    diagnosis.plan = make_plan(diagnosis, rule, spec, config, diagnosis.lang)
+    left_out = []
+    diagnosis.plan = make_plan(diagnosis, rule, spec, config, diagnosis.lang, left_out)
+    for e in left_out:
+        diagnosis.notes.append(_left_out_note(e, diagnosis.lang))
     _traps(diagnosis, config)
     if diagnosis.plan:
         from .patch import patch_for, patched_command
         diagnosis.patch, diagnosis.snippet = patch_for(diagnosis, config)
         diagnosis.command = patched_command(diagnosis, config)
     return diagnosis
+
+
+def _left_out_note(e, lang):
+    """Why a move the ladder names is not in the plan: the run, or an earlier step, excludes it."""
+    from .i18n import action_name
+    if lang == "zh":
+        return f"未建议{action_name(e['move'], 'zh')}：它与本次运行已有的设置或前面的步骤不兼容（{e['with']}）。"
+    return f"Not suggested: {e['move']} — {e['reason']}"
 
 
 def _component_from_sizes(d, spec, budget):

@@ -132,10 +132,11 @@ class Budget(Record):
     total_gib: float
     capacity_gib: Optional[float]
     usable_gib: Optional[float]
-    fits: Optional[bool]
+    fits: Optional[bool]                      # within usable memory with the 20 % margin
     headroom_pct: Optional[float]
     assumptions: List[str] = field(default_factory=list)
     working_buffers_gib: float = 0.0          # gathered layers, buckets, dequantised weights, step temporaries
+    fit: Optional[str] = None                 # fits | tight (80-100 % of usable: fits, no margin) | short; None: no card
     peak_phase: str = "backward"              # forward | backward | optimizer_step
     phases: Dict[str, float] = field(default_factory=dict)        # each phase's total (GiB, overhead included)
     overhead_terms: Dict[str, float] = field(default_factory=dict)  # cuda_context, workspaces, allocator_slack
@@ -210,6 +211,16 @@ class _Parts:
     step_temp: float = 0.0              # optimizer-step temporaries
 
 
+
+def fit_verdict(total_gib, usable_gib):
+    """`fits` with the 20 % margin; `tight` between 80 % and 100 % of usable memory (it fits, with
+    no room for a longer batch or fragmentation); `short` above it; None with no card known."""
+    if not usable_gib:
+        return None
+    if total_gib <= (1 - MARGIN) * usable_gib:
+        return "fits"
+    return "tight" if total_gib <= usable_gib else "short"
+
 def estimate(s: Spec) -> Budget:
     m = s.model
     P = m.params_b * 1e9
@@ -261,7 +272,7 @@ def estimate(s: Spec) -> Budget:
                   weights_gib=_g(at["weights"]), gradients_gib=_g(at["grads"]), optimizer_states_gib=_g(at["optim"]),
                   activations_gib=_g(at["acts"]), logits_gib=_g(at["logits"]), overhead_gib=_g(overhead),
                   total_gib=_g(total), capacity_gib=s.capacity_gib, usable_gib=round(usable, 2) if usable else None,
-                  fits=fits, headroom_pct=head, assumptions=notes,
+                  fits=fits, headroom_pct=head, assumptions=notes, fit=fit_verdict(total / GiB, usable),
                   working_buffers_gib=_g(at["buffers"] + at["gathered"]),
                   peak_phase=peak, phases={k: _g(v) for k, v in phases.items()}, overhead_terms=terms,
                   sharding=kind, shard_degree=n, typical_total_gib=typical,

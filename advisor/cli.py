@@ -185,7 +185,7 @@ def budget(model, model_config, params, method, precision, quant_bits, batch, se
     output = _open_target(output, open_)
     _emit(text, output)
     _open_report(output, open_)
-    sys.exit(EXIT_OOM if result.fits is False else EXIT_OK)
+    sys.exit(EXIT_OOM if result.fit == "short" else EXIT_OK)      # tight still fits: 0
 
 
 @cli.command("rules")

@@ -33,6 +33,12 @@ def validate(data):
         for knob, entry in spec["knobs"].items():
             if not set(entry) <= fields:
                 raise ValueError(f"dialects.yaml {name}.{knob}: unknown fields {set(entry) - fields}")
+    from .plan import BUILDERS
+    for e in data["exclusions"]:
+        if not {"move", "with", "reason", "source"} <= set(e) or not set(e) <= {"move", "with", "stage", "unless",
+                                                                              "reason", "source"} \
+                or e["move"] not in BUILDERS:
+            raise ValueError(f"exclusions.yaml: {e}: needs a known move, with, reason and source, and nothing unknown")
 
 
 def main(argv=None):

@@ -15,6 +15,7 @@ from . import dialects as D
 from .planwords import display_text, why_text
 from .record import Record
 from .runspec import zero_of
+from .compat import brings, excluded, held
 from .jobkind import ENGINE_KINDS, engine_failed
 
 SAFE, UNSAFE, DISPLAY = "safe", "unsafe", "display"
@@ -428,6 +429,12 @@ def _candidates(diagnosis, rule, multi_gpu):
         # then need less: a smaller footprint of what was being allocated when it failed
         actions += list(rules_by_id()[PHASE_LADDER["load"]].actions) if diagnosis.phase == "load" \
             else ["reduce_batch", "grad_checkpointing", "reduce_seq_len"]
+    if multi_gpu and diagnosis.facts.get("method") == "full" and "zero_sharding" not in actions \
+            and diagnosis.phase != "checkpoint_save":
+        # a full fine-tune on several GPUs: sharding keeps the result, so it comes before any move
+        # that changes it (a shorter cutoff, 16-bit, quantisation, LoRA, an 8-bit optimizer)
+        at = next((i for i, a in enumerate(actions) if a in _CHANGES_RESULTS), len(actions))
+        actions.insert(at, "zero_sharding")
     if diagnosis.phase == "load":               # no batch exists yet: its size cannot matter
         actions = [a for a in actions if a not in _BATCH_MOVES]
     seen, out = set(), []
@@ -438,6 +445,7 @@ def _candidates(diagnosis, rule, multi_gpu):
     return out
 
 
+_CHANGES_RESULTS = ("reduce_seq_len", "precision", "quantize", "use_lora", "optimizer_8bit", "smaller_model")
 _FALLBACK = ("reduce_seq_len", "grad_checkpointing", "zero_sharding", "cpu_offload", "quantize", "smaller_model")
 
 # moves outside the config that are the whole answer when they apply: the plan continues only
@@ -445,7 +453,9 @@ _FALLBACK = ("reduce_seq_len", "grad_checkpointing", "zero_sharding", "cpu_offlo
 _CONCLUSIVE = ("free_other_process", "fix_non_memory_bug", "expandable_segments", "more_host_ram")
 
 
-def make_plan(diagnosis, rule, spec=None, config=None, lang="en") -> List[dict]:
+def make_plan(diagnosis, rule, spec=None, config=None, lang="en", left_out=None) -> List[dict]:
+    """The ordered steps; `left_out` (a list), when given, receives the exclusion entries of the
+    moves left out because the run or an earlier step excludes them."""
     if diagnosis.verdict in ("no_failure", "incomplete"):
         return []
     c = Context(diagnosis, spec, config, lang)
@@ -464,11 +474,17 @@ def make_plan(diagnosis, rule, spec=None, config=None, lang="en") -> List[dict]:
             rest = ["smaller_model"]                # a training move is no fallback for an engine
         elif c.job == "prediction":
             rest = [a for a in rest if a not in _NOT_IN_PREDICTION]
+    holding = held(c)
     for action in own + rest:
         if action in rest and (steps or fitted):
             break                           # the fallback is for a true dead end only
         step, update = _step(c, action, current)
         if step is None:
+            continue
+        barred = excluded(action, update, holding, c.dialect)
+        if barred is not None:              # never stacked on what the run or an earlier step holds
+            if left_out is not None:
+                left_out.append(barred)
             continue
         outside = c.job in _OUTSIDE_ESTIMATE
         if fitted or outside and step.applicability == UNSAFE:
@@ -479,6 +495,7 @@ def make_plan(diagnosis, rule, spec=None, config=None, lang="en") -> List[dict]:
                 break
             continue
         steps.append(step)
+        holding |= brings(action, update)
         if current is not None and update:
             current = current.model_copy(update=update)
         # an engine's or a prediction's moves are outside the training estimate: two, then alternatives

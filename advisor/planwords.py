@@ -145,10 +145,8 @@ _FSDP_SAVE = {"en": "save a sharded state dict (fsdp_state_dict_type: SHARDED_ST
 
 
 def _fsdp(c):
-    """An FSDP run: its config says so, or its frames do (DeepSpeed's gather-on-save is not its setting)."""
-    data = c.data or {}
-    return bool(data.get("fsdp") or data.get("fsdp_config") or "FSDP" in str(data.get("distributed_type") or "")
-                or any("fsdp/" in e.text or "fully_sharded_data_parallel" in e.text for e in c.d.evidence))
+    from .compat import fsdp_run           # DeepSpeed's gather-on-save is not an FSDP run's setting
+    return fsdp_run(c)
 
 
 def display_text(action, c):

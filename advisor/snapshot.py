@@ -22,7 +22,7 @@ SNAPSHOT = DATA / "compiled.json"
 def sources():
     return sorted(RULES.glob("OOM*.yaml")) + [DATA / "models.yaml", DATA / "gpus.yaml", DATA / "frames.yaml",
                                              DATA / "frames_frameworks.yaml", DATA / "dialects.yaml",
-                                             DATA / "jobkinds.yaml"]
+                                             DATA / "jobkinds.yaml", DATA / "exclusions.yaml"]
 
 
 def fingerprint():
@@ -41,7 +41,8 @@ def parse():
             "rules": {p.name: load(p) for p in sorted(RULES.glob("OOM*.yaml"))},
             "models": load(DATA / "models.yaml"), "gpus": load(DATA / "gpus.yaml"),
             "frames": {**load(DATA / "frames.yaml"), "frameworks": load(DATA / "frames_frameworks.yaml")["frames"]},
-            "dialects": load(DATA / "dialects.yaml"), "jobkinds": load(DATA / "jobkinds.yaml")}
+            "dialects": load(DATA / "dialects.yaml"), "jobkinds": load(DATA / "jobkinds.yaml"),
+            "exclusions": load(DATA / "exclusions.yaml")["exclusions"]}
     for entry in data["models"]:
         ModelShape(**entry)
     for entry in data["gpus"]:

@@ -246,3 +246,28 @@ def test_catalogue_snapshot_and_estimator_import_no_circle():
     for a in graph:
         assert not reaches(a, a), f"{a} imports itself through {graph[a]}"
     assert "compiled" not in set().union(*(graph[m] for m in ("shapes", "snapshot", "catalog", "budget", "rules")))
+
+
+def test_fit_verdict_bands():
+    from advisor.budget import fit_verdict
+    assert fit_verdict(8.0, 10.0) == "fits"          # 80 %: exactly the margin
+    assert fit_verdict(8.01, 10.0) == "tight"
+    assert fit_verdict(10.0, 10.0) == "tight"
+    assert fit_verdict(10.01, 10.0) == "short"
+    assert fit_verdict(5.0, None) is None            # no card: no verdict
+
+
+def test_tight_is_said_in_every_format_and_still_exits_0():
+    # the same run on three card sizes: fits, tight, short (the estimate is ~25.5 GiB)
+    args = ("--model", "Qwen2.5-7B-Instruct", "--method", "lora", "--batch", "2", "--seq", "2048")
+    verdicts = {}
+    for size in ("40GiB", "30GiB", "20GiB"):
+        rc, out, _ = run_budget(*args, "--gpu", size, "--format", "json")
+        j = json.loads(out)
+        verdicts[size] = (j["fit"], rc)
+        assert j["fits"] == (j["fit"] == "fits")     # `fits` keeps its meaning: with the 20 % margin
+    assert verdicts == {"40GiB": ("fits", 0), "30GiB": ("tight", 0), "20GiB": ("short", 1)}
+    for fmt, lang, word in (("text", "en", "→ tight"), ("markdown", "en", "→ tight"), ("text", "zh", "→ 偏紧"),
+                            ("html", "en", "tight: fits the card"), ("html", "zh", "偏紧：放得下")):
+        rc, out, _ = run_budget(*args, "--gpu", "30GiB", "--format", fmt, "--lang", lang)
+        assert rc == 0 and word in out, (fmt, lang)

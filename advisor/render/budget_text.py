@@ -22,13 +22,13 @@ def fit_text(b, lang="en"):
     if lang == "zh":
         if b.get("fits"):
             return f"余量 {shown}%，不少于要求的 20% → 放得下"
-        if h > 0:
-            return f"余量 {shown}%，少于要求的 20% → 放不下"
+        if b.get("fit") == "tight":
+            return f"余量 {shown}%，少于要求的 20% → 偏紧（在可用显存以内，但没有应对更长批次或碎片所需的余量）"
         return f"余量 {shown}%：合计已超过可用显存 → 放不下"
     if b.get("fits"):
         return f"headroom {shown} %, at least the 20 % margin → fits"
-    if h > 0:
-        return f"headroom {shown} %, less than the 20 % margin → does not fit"
+    if b.get("fit") == "tight":
+        return f"headroom {shown} %, less than the 20 % margin → tight (within usable memory, without the margin a longer batch or fragmentation needs)"
     return f"headroom {shown} %: the total is above usable memory → does not fit"
 
 

@@ -333,9 +333,12 @@ def render_budget_html(budget, spec, lang="en"):
         rows.append(budget_row(name, v, lang, delta=word("saves_gib" if delta >= 0 else "adds_gib", lang,
                                                           gib=gib(abs(delta)))))
     pic = picture(rows, b.get("capacity_gib"), b.get("usable_gib"), lang)
-    verdict = "verdict_nocard" if b.get("fits") is None else "verdict_fits" if b["fits"] else "verdict_short"
+    verdict = {"fits": "verdict_fits", "tight": "verdict_tight", "short": "verdict_short"}.get(b.get("fit"),
+                                                                                           "verdict_nocard")
     from ..i18n import assumption_text
-    return _page("budget.html.j2", lang, b=b, pic=pic, verdict=word(verdict, lang), fits=b.get("fits"),
+    # tight fits without the margin: neither the green of a fit nor the red of a card too small
+    shown = {"fits": True, "short": False}.get(b.get("fit"))
+    return _page("budget.html.j2", lang, b=b, pic=pic, verdict=word(verdict, lang), fits=shown,
                  assumptions=[assumption_text(a, lang) for a in b.get("assumptions") or []])
 
 
