@@ -25,14 +25,31 @@ def complete(diagnosis, config=None, gpu=None, model=None, params=None):
                 _component_from_sizes(diagnosis, spec, budget)
     left_out = []
     diagnosis.plan = make_plan(diagnosis, rule, spec, config, diagnosis.lang, left_out)
+    applied = _patched_since(diagnosis, rule, spec, config)
     for e in left_out:
         diagnosis.notes.append(_left_out_note(e, diagnosis.lang))
     _traps(diagnosis, config)
-    if diagnosis.plan:
+    if diagnosis.plan and not applied:
         from .patch import patch_for, patched_command
         diagnosis.patch, diagnosis.snippet = patch_for(diagnosis, config)
         diagnosis.command = patched_command(diagnosis, config)
     return diagnosis
+
+
+def _patched_since(diagnosis, rule, spec, config):
+    """True when the config already holds what the plan from the log's own values would write (a
+    `--write` after this log): that plan is shown, with a note, and nothing is patched again."""
+    from .reapplied import already_applied, as_logged, note
+    if config is None or config.from_log is not None or not diagnosis.conflicts or not diagnosis.plan:
+        return False
+    logged = as_logged(config, diagnosis.conflicts)
+    plan = make_plan(diagnosis, rules_by_id()[diagnosis.rule], spec, logged, diagnosis.lang) if logged else None
+    changes = already_applied(plan, config) if plan else None
+    if changes is None:
+        return False
+    diagnosis.plan = plan
+    diagnosis.notes.insert(0, note(changes, diagnosis.lang))
+    return True
 
 
 def _left_out_note(e, lang):
