@@ -21,11 +21,17 @@ def no_training_estimate(diagnosis):
     return engine_failed(diagnosis) or diagnosis.facts.get("job_kind") == "prediction"
 
 
+def engine_run(diagnosis):
+    """A server or offline generation that the engine's own frames, command, lines or config show
+    (not a phase read as inference, which may be any script calling generate())."""
+    return diagnosis.facts.get("job_kind") in ENGINE_KINDS and (diagnosis.basis or {}).get("job_kind") != "phase"
+
+
 def engine_failed(diagnosis):
     """The failure is an inference engine's own: a server, offline generation, or an RL job's
     rollout engine as its failing frames show. The training estimate does not describe it."""
     job = diagnosis.facts.get("job_kind")
-    return job in ENGINE_KINDS or job == "rl_rollout" and (diagnosis.basis or {}).get("job_kind") == "frames"
+    return engine_run(diagnosis) or job == "rl_rollout" and (diagnosis.basis or {}).get("job_kind") == "frames"
 
 
 def _table():
@@ -70,7 +76,7 @@ def _truthy(v):
 def decide(frames, lines, command, config, phase):
     """(kind, basis): the job's kind and in a few words what decided it."""
     seen = _from_frames(frames)
-    if seen in ENGINE_KINDS + ("rl_rollout",):
+    if seen in ("rl_rollout", "serving"):
         return seen, "frames"
     job = _from_text(_table()["commands"], command or "") or _from_text(
         _table()["commands"], config.text if config is not None and config.command is not None else "")
@@ -81,6 +87,10 @@ def decide(frames, lines, command, config, phase):
         text = "\n".join(lines or ())
         job, basis = _from_text(_table()["lines"], text), "log lines"
     kind = job["kind"] if job else None
+    if seen == "offline_generation":       # the engine's frames: a server when the command or lines say so
+        return ("serving", basis) if kind == "serving" else (seen, "frames")
+    if kind in ENGINE_KINDS and basis == "log lines" and phase in _TRAINING_PHASES and frames:
+        kind = None         # an engine's lines beside a training step's frames: a trainer's own generator
     if kind in ENGINE_KINDS:
         return kind, basis
     if job and job.get("rl"):

@@ -16,7 +16,7 @@ from .planwords import display_text, why_text
 from .record import Record
 from .runspec import zero_of
 from .compat import brings, excluded, held
-from .jobkind import ENGINE_KINDS, engine_failed
+from .jobkind import ENGINE_KINDS, engine_failed, engine_run
 
 SAFE, UNSAFE, DISPLAY = "safe", "unsafe", "display"
 PHASE_LADDER = {"load": "OOM101", "first_step": "OOM201", "mid_training": "OOM204", "evaluation": "OOM404",
@@ -57,7 +57,11 @@ class Context:
         self.facts = f
         # a file of no known dialect gets words, not keys; with no file, the log's framework names
         # the keys of the snippet
+        # an engine's moves need the engine's own evidence: a phase read as inference may be any
+        # script calling generate(), which has no max_num_seqs to lower
         self.job = f.get("job_kind") or "training"
+        if self.job in ENGINE_KINDS and not engine_run(diagnosis):
+            self.job = "training"
         self.engine = f.get("engine") or {}       # the engine's settings as its log printed them
         self.dialect = config.dialect if config is not None else \
             "vllm" if self.job in ENGINE_KINDS else \
@@ -388,18 +392,24 @@ JOB_LADDERS = {
 ENGINE_LOAD_LADDER = ("tensor_parallel", "smaller_model")      # weights that do not fit one card
 _OUTSIDE_ESTIMATE = tuple(JOB_LADDERS) + ("prediction",)   # jobs whose moves the training estimate cannot judge
 _NOT_IN_PREDICTION = ("reduce_batch", "grad_accum", "grad_checkpointing", "optimizer_8bit", "use_lora", "cpu_offload")
-_PREDICTION_MOVES = ("eval_batch", "eval_accumulation", "generation_len")
 
 
 def candidates(diagnosis, rule, multi_gpu):
     job = diagnosis.facts.get("job_kind")
+    if job in ENGINE_KINDS and not engine_run(diagnosis):
+        job = "training"                        # inference read from the phase alone: the usual ladders
     if job in ENGINE_KINDS and diagnosis.component == "weights":
         return list(ENGINE_LOAD_LADDER)
     if job in JOB_LADDERS and diagnosis.component not in ("other_process", "fragmentation", "host_memory"):
         return list(JOB_LADDERS[job])
+    if job in JOB_LADDERS and diagnosis.component in ("other_process", "fragmentation"):
+        # what is outside the engine first (another process, the allocator's cache), then its own moves
+        outside = [a for a in _candidates(diagnosis, rule, multi_gpu) if a in _CONCLUSIVE]
+        return outside + [a for a in JOB_LADDERS[job] if a not in outside]
     if job == "prediction":
         # accumulated outputs: move them off the card first; a generation: smaller batches, fewer tokens
-        moves = _PREDICTION_MOVES if diagnosis.component == "eval_outputs" else ("eval_batch", "generation_len")
+        moves = ("eval_accumulation", "eval_batch", "generation_len") if diagnosis.component == "eval_outputs" \
+            else ("eval_batch", "generation_len")
         own = [a for a in _candidates(diagnosis, rule, multi_gpu) if a not in _NOT_IN_PREDICTION + moves]
         return [a for a in moves] + own
     return _candidates(diagnosis, rule, multi_gpu)
@@ -476,7 +486,7 @@ def make_plan(diagnosis, rule, spec=None, config=None, lang="en", left_out=None)
             rest = [a for a in rest if a not in _NOT_IN_PREDICTION]
     holding = held(c)
     for action in own + rest:
-        if action in rest and (steps or fitted):
+        if action in rest and (any(not s.alternative for s in steps) or fitted):
             break                           # the fallback is for a true dead end only
         step, update = _step(c, action, current)
         if step is None:
@@ -491,8 +501,8 @@ def make_plan(diagnosis, rule, spec=None, config=None, lang="en", left_out=None)
             # no estimate can show a move that changes results is needed: it is offered, not applied
             step.alternative = True
             steps.append(step)
-            if sum(s.alternative for s in steps) >= 2:
-                break
+            if sum(s.alternative for s in steps) >= 2 and not all(s.alternative for s in steps):
+                break                       # with no main step yet, the ladder goes on to find one
             continue
         steps.append(step)
         holding |= brings(action, update)

@@ -116,3 +116,30 @@ def test_every_engine_key_the_planner_writes_is_in_the_dialect_reference():
             entry = D.knob(dialect, knob)
             if entry and entry.get("key"):
                 assert entry["key"] in vocab, (dialect, knob)
+
+
+def test_engine_lines_beside_a_training_step_are_a_trainers_generator():
+    train = [Frame(path="/env/transformers/trainer.py", func="training_step", line=9)]
+    lines = ["INFO [core.py:58] Initializing a V1 LLM engine (v0.8.5) with config: model='m'"]
+    assert decide(train, lines, None, None, "first_step")[0] == "training"
+    assert decide([], lines, None, None, "unknown")[0] == "offline_generation"
+
+
+GENERATE = """Traceback (most recent call last):
+  File "/home/u/run_inference.py", line 40, in <module>
+    out = model.generate(**inputs, max_new_tokens=512)
+  File "/env/lib/python3.10/site-packages/transformers/generation/utils.py", line 2564, in generate
+    result = self._sample(
+  File "/env/lib/python3.10/site-packages/transformers/generation/utils.py", line 2784, in _sample
+    outputs = self(**model_inputs, return_dict=True)
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which 1.00 GiB is free. Of the allocated memory 21.90 GiB is allocated by PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated.
+"""
+
+
+def test_a_generate_script_is_not_given_an_engines_settings():
+    from advisor.pipeline import diagnose_text
+    d = diagnose_text(GENERATE)
+    assert d.facts["job_kind"] == "offline_generation" and d.basis["job_kind"] == "phase"
+    said = " ".join(str(s["changes"]) + s["display"] for s in d.plan)
+    assert "max_num_seqs" not in said and "gpu_memory_utilization" not in said
+    assert not any(s["action"] in ("engine_memory_share", "enforce_eager", "kv_cache_fp8") for s in d.plan)
