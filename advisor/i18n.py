@@ -160,8 +160,11 @@ FACTS = {
     "framework": "框架", "model": "模型", "method": "微调方法", "precision": "计算类型", "quantization_bit": "量化等级",
     "batch": "批处理大小", "grad_accum": "梯度累积", "seq_len": "截断长度", "grad_ckpt": "梯度检查点",
     "deepspeed": "DeepSpeed", "num_gpus": "显卡数量", "step": "当前步数", "total_steps": "总步数",
-    "eval_batch": "评估批处理大小", "gpu": "显卡",
+    "eval_batch": "评估批处理大小", "gpu": "显卡", "job_kind": "任务类型",
 }
+
+JOB_KINDS = {"training": "训练", "evaluation": "训练中的评估", "prediction": "预测", "serving": "推理服务",
+             "offline_generation": "离线生成", "rl_rollout": "强化学习采样", "saving": "保存模型", "loading": "加载模型"}
 
 # Each plan move by name; the code stays beside it (rules and `explain` use the code).
 ACTIONS = {
@@ -190,6 +193,8 @@ def fact_value(key, value, lang="en"):
         return "开启" if value else "关闭"
     if key == "quantization_bit":
         return f"{value} 位"
+    if key == "job_kind":
+        return JOB_KINDS.get(value, str(value))
     return str(value)
 
 

@@ -48,7 +48,10 @@ def evidence_where(e, lang):
 def fact_rows(facts):
     keys = ("framework", "model", "method", "precision", "quantization_bit", "batch", "grad_accum", "seq_len",
             "grad_ckpt", "deepspeed", "num_gpus", "step", "total_steps", "eval_batch", "gpu")
-    return [(k, facts[k]) for k in keys if facts.get(k) is not None]
+    rows = [(k, facts[k]) for k in keys if facts.get(k) is not None]
+    if facts.get("job_kind") not in (None, "training"):      # the plan follows the job: say which
+        rows.insert(0, ("job_kind", facts["job_kind"]))
+    return rows
 
 
 def headline(d, lang):
