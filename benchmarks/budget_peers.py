@@ -33,7 +33,8 @@ class NotExpressible(Exception):
 
 
 def _single_gpu(spec):
-    if sharding_of(spec)[0] != "none" or spec.offload:
+    # DeepSpeed ZeRO on one GPU (Qwen's single-GPU Q-LoRA script) shards nothing: still expressible
+    if spec.gpus > 1 or spec.offload:
         raise NotExpressible("no sharding or offload")
 
 
