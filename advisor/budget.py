@@ -217,6 +217,7 @@ class _Parts:
     quant: float = 0.0                  # dequantised 16-bit copy of the layer being computed
     gather_fwd: float = 0.0             # unsharded parameters and buckets during forward
     gather_bwd: float = 0.0             # ... during backward
+    root: float = 0.0                   # FSDP's root unit, gathered from the forward to the end of backward
     step_temp: float = 0.0              # optimizer-step temporaries
 
 
@@ -238,19 +239,22 @@ def estimate(s: Spec) -> Budget:
     live = {}     # phase -> {component: bytes alive}
     common = dict(weights=p.weights, optim=p.optim)
     live["forward"] = dict(common, grads=p.grads_persist, acts=p.acts, logits=p.logits,
-                           gathered=p.gather_fwd, buffers=p.quant)
+                           gathered=p.gather_fwd, root=p.root, buffers=p.quant)
     start = dict(common, grads=p.grads_persist, acts=p.acts + p.layer, logits=p.logits,
-                 gathered=p.gather_bwd, buffers=p.quant)
+                 gathered=p.gather_bwd, root=p.root, buffers=p.quant)
     end = dict(common, grads=p.grads, acts=p.layer if s.grad_ckpt else 0.0, logits=0.0,
-               gathered=p.gather_bwd, buffers=p.quant)
+               gathered=p.gather_bwd, root=p.root, buffers=p.quant)
     live["backward"] = start if sum(start.values()) >= sum(end.values()) else end
-    live["optimizer_step"] = dict(common, grads=p.grads, acts=0.0, logits=0.0, gathered=0.0, buffers=p.step_temp)
+    live["optimizer_step"] = dict(common, grads=p.grads, acts=0.0, logits=0.0, gathered=0.0, root=0.0,
+                                  buffers=p.step_temp)
     ctx = CUDA_CONTEXT_GIB["old" if s.bf16_native is False else "new"] * GiB
     work = (WORKSPACE_GIB + (NCCL_GIB if s.gpus > 1 else 0.0)) * GiB
     phases = {}
 
     def slack_of(parts):
-        return (SLACK * (parts["acts"] + parts["logits"] + parts["buffers"]) + GATHER_RESERVED * parts["gathered"]
+        # the root unit is gathered once a step, like an activation: it pays the transient share
+        return (SLACK * (parts["acts"] + parts["logits"] + parts["buffers"] + parts["root"])
+                + GATHER_RESERVED * parts["gathered"]
                 + SLACK_STATIC * (parts["weights"] + parts["grads"] + parts["optim"]))
     for name, parts in live.items():
         phases[name] = sum(parts.values()) + slack_of(parts) + ctx + work
@@ -272,7 +276,7 @@ def estimate(s: Spec) -> Budget:
                   activations_gib=_g(at["acts"]), logits_gib=_g(at["logits"]), overhead_gib=_g(overhead),
                   total_gib=_g(total), capacity_gib=s.capacity_gib, usable_gib=round(usable, 2) if usable else None,
                   fits=fits, headroom_pct=head, assumptions=notes,
-                  working_buffers_gib=_g(at["buffers"] + at["gathered"]),
+                  working_buffers_gib=_g(at["buffers"] + at["gathered"] + at["root"]),
                   peak_phase=peak, phases={k: _g(v) for k, v in phases.items()}, overhead_terms=terms,
                   sharding=kind, shard_degree=n, typical_total_gib=typical,
                   padding=next((a for a in notes if a.startswith(("padding:", "packing:"))), None))
@@ -442,8 +446,9 @@ def _sharding(s, p, P, half, trainable, kind, n):
         gbytes = half if not (s.quant_bits in QUANT_BYTES and s.method in ("lora", "qlora")) else wbytes
         two = 2 * unit * gbytes
         root = m.vocab * m.hidden * (1 if m.tied_embeddings else 2) * half
-        p.gather_fwd = two + root
-        p.gather_bwd = two + root + (unit * half * 2 if full else 0.0)
+        p.root = root
+        p.gather_fwd = two
+        p.gather_bwd = two + (unit * half * 2 if full else 0.0)
         if kind == "fsdp_grad_op":
             resident = (P * gbytes if not s.quant_bits else P * wbytes)
             p.gather_fwd += resident

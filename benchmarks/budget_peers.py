@@ -152,37 +152,45 @@ def main():
             m = spec.model
             total += 16 * m.vocab * m.hidden * (1 if m.tied_embeddings else 2) / GiB
         ours_all[i] = abs(total * mult - measured) / measured
-    print(f"{len(rows)} measured rows ({', '.join(p.name for p in paths)}); unverified rows left out\n")
-    print(f"{'tool':12} {'rows':>9} {'median':>8} {'p90':>8}   oom-doctor on the same rows")
-    print(f"{'oom-doctor':12} {len(rows):>4} of {len(rows):<3} {_figures(list(ours_all.values()))}")
-    missing = []
-    for name, module, fn in PEERS:
-        why = _available(module)
-        if why:
-            missing.append(f"{name}: not run here ({why}); pip install {name}")
-            print(f"{name:12} {'not run':>9}")
-            continue
-        errs, ours, skipped = [], [], {}
-        for i, (label, spec, measured, mult, emb) in enumerate(rows):
-            try:
-                if emb:
-                    raise NotExpressible("no trainable embeddings")
-                got = fn(spec) * mult
-            except NotExpressible as exc:
-                skipped[str(exc)] = skipped.get(str(exc), 0) + 1
+    print(f"{len(rows)} measured rows ({', '.join(p.name for p in paths)}); unverified rows left out")
+    missing = {}
+    subsets = [("all rows", range(len(rows))), ("sharded rows (2-8 GPUs)", [i for i, r in enumerate(rows) if r[1].gpus > 1])]
+    for title, keep in subsets:
+        keep = list(keep)
+        print(f"\n{title}\n{'tool':12} {'rows':>9} {'median':>8} {'p90':>8}   oom-doctor on the same rows")
+        print(f"{'oom-doctor':12} {len(keep):>4} of {len(keep):<3} {_figures([ours_all[i] for i in keep])}")
+        for name, module, fn in PEERS:
+            why = _available(module)
+            if why:
+                missing[name] = f"{name}: not run here ({why}); pip install {name}"
+                print(f"{name:12} {'not run':>9}")
                 continue
-            except Exception as exc:   # the peer refused the row (validation): counted as not expressible
-                skipped[f"raised {type(exc).__name__}"] = skipped.get(f"raised {type(exc).__name__}", 0) + 1
-                continue
-            errs.append(abs(got - measured) / measured)
-            ours.append(ours_all[i])
-            if verbose:
-                print(f"    {name:11} {' '.join(map(str, label)):48} got {got:7.1f} measured {measured:6.1f} "
-                      f"err {100 * (got - measured) / measured:+6.1f} %")
-        print(f"{name:12} {len(errs):>4} of {len(rows):<3} {_figures(errs)}   {_figures(ours)}"
-              + (f"   (left out: {'; '.join(f'{k} {v}' for k, v in sorted(skipped.items()))})" if skipped else ""))
-    for line in missing:
+            _peer_line(name, fn, [(i, rows[i]) for i in keep], ours_all, verbose and title == "all rows")
+    for line in missing.values():
         print(line)
+
+
+def _peer_line(name, fn, rows, ours_all, verbose):
+    errs, ours, skipped = [], [], {}
+    for i, (label, spec, measured, mult, emb) in rows:
+        try:
+            if emb:
+                raise NotExpressible("no trainable embeddings")
+            got = fn(spec) * mult
+        except NotExpressible as exc:
+            skipped[str(exc)] = skipped.get(str(exc), 0) + 1
+            continue
+        except Exception as exc:       # the peer refused the row (its validation): not expressible either
+            key = f"raised {type(exc).__name__}"
+            skipped[key] = skipped.get(key, 0) + 1
+            continue
+        errs.append(abs(got - measured) / measured)
+        ours.append(ours_all[i])
+        if verbose:
+            print(f"    {name:11} {' '.join(map(str, label)):48} got {got:7.1f} measured {measured:6.1f} "
+                  f"err {100 * (got - measured) / measured:+6.1f} %")
+    print(f"{name:12} {len(errs):>4} of {len(rows):<3} {_figures(errs)}   {_figures(ours)}"
+          + (f"   (left out: {'; '.join(f'{k} {v}' for k, v in sorted(skipped.items()))})" if skipped else ""))
 
 
 if __name__ == "__main__":

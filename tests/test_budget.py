@@ -268,3 +268,18 @@ def test_catalogue_snapshot_and_estimator_import_no_circle():
     for a in graph:
         assert not reaches(a, a), f"{a} imports itself through {graph[a]}"
     assert "compiled" not in set().union(*(graph[m] for m in ("shapes", "snapshot", "catalog", "budget", "rules")))
+
+
+def test_peers_table_runs_with_or_without_the_peers_installed():
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "budget_peers.py")],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    ours = [x for x in lines if x.startswith("oom-doctor")]
+    assert len(ours) == 2 and "%" in ours[0]
+    for peer in ("vramcalc", "ftuneai", "ml-memguard", "peft-doctor"):
+        rows = [x for x in lines if x.startswith(peer)]
+        # a peer either has a figure on the rows it can express or is said not to have run, with why
+        assert rows and all(("%" in x or " -" in x or "not run" in x) for x in rows), peer
+        if any("not run" in x for x in rows):
+            assert any(x.startswith(f"{peer}: not run here (") for x in lines)
