@@ -65,11 +65,21 @@ ACT_H, ACT_I = 18, 9          # CALIBRATED: bytes per token per layer = 18·hidd
 CKPT_H = 2                    # bytes per token per layer kept under full recomputation: the layer's 16-bit input
                               # (Korthikanti et al. 2022: 2·sbh; fitted on the measured rows it stays 2)
 # CALIBRATED, per logit element: bf16 logits (2) + the loss's fp32 upcast (4) + fp32 log-softmax (4),
-# and at the start of backward their fp32 gradient before the saved tensors go. Qwen (v1) remote
-# code keeps the loss in 16 bit (logits, shifted copy, log-softmax, then their gradients) and its
-# measured slope is the same, so one figure serves both paths.
+# and at the start of backward their fp32 gradient before the saved tensors go.
 LOGIT_BYTES = 12
+# The same tensors when nothing casts the loss to fp32: 16-bit logits, the shifted copy, the
+# log-softmax and its gradient, 2 bytes each. That happens when no autocast runs — DeepSpeed's
+# engine converts the module to fp16/bf16 itself, and accelerate/HF Trainer turn native AMP off
+# under DeepSpeed — and the model's own forward does not upcast (`loss_upcast` in models.yaml).
+# Under autocast, log_softmax/cross_entropy are on torch's run-in-fp32 list (torch.amp autocast
+# op reference), so the model's code does not matter there.
+LOGIT_BYTES_16 = 8
 QUANT_BYTES = {4: 0.53, 8: 1.03}  # NF4/int8 weight plus quantisation constants (double-quant), per parameter
+# Of which the constants (absmax per 64-value block, its second-level scale, the code book): bitsandbytes
+# keeps them in the Linear4bit/Linear8bitLt module's quant_state, a plain attribute rather than a
+# parameter, so FSDP's flat parameters and ZeRO-3's partitions shard and offload only the packed
+# weight (storage dtype `bnb_4bit_quant_storage`); every GPU holds all the constants.
+QUANT_CONST = {4: 0.03, 8: 0.03}
 OPTIM_BYTES = {"adamw": 8, "adam": 8, "8bit": 2, "adafactor": 0.1, "sgd": 4, "lion": 4, "adam_mini": 4,
                "galore": 2, "apollo": 2}
 LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -208,6 +218,7 @@ class _Parts:
     quant: float = 0.0                  # dequantised 16-bit copy of the layer being computed
     gather_fwd: float = 0.0             # unsharded parameters and buckets during forward
     gather_bwd: float = 0.0             # ... during backward
+    root: float = 0.0                   # FSDP's root unit, gathered from the forward to the end of backward
     step_temp: float = 0.0              # optimizer-step temporaries
 
 
@@ -239,19 +250,22 @@ def estimate(s: Spec) -> Budget:
     live = {}     # phase -> {component: bytes alive}
     common = dict(weights=p.weights, optim=p.optim)
     live["forward"] = dict(common, grads=p.grads_persist, acts=p.acts, logits=p.logits,
-                           gathered=p.gather_fwd, buffers=p.quant)
+                           gathered=p.gather_fwd, root=p.root, buffers=p.quant)
     start = dict(common, grads=p.grads_persist, acts=p.acts + p.layer, logits=p.logits,
-                 gathered=p.gather_bwd, buffers=p.quant)
+                 gathered=p.gather_bwd, root=p.root, buffers=p.quant)
     end = dict(common, grads=p.grads, acts=p.layer if s.grad_ckpt else 0.0, logits=0.0,
-               gathered=p.gather_bwd, buffers=p.quant)
+               gathered=p.gather_bwd, root=p.root, buffers=p.quant)
     live["backward"] = start if sum(start.values()) >= sum(end.values()) else end
-    live["optimizer_step"] = dict(common, grads=p.grads, acts=0.0, logits=0.0, gathered=0.0, buffers=p.step_temp)
+    live["optimizer_step"] = dict(common, grads=p.grads, acts=0.0, logits=0.0, gathered=0.0, root=0.0,
+                                  buffers=p.step_temp)
     ctx = CUDA_CONTEXT_GIB["old" if s.bf16_native is False else "new"] * GiB
     work = (WORKSPACE_GIB + (NCCL_GIB if s.gpus > 1 else 0.0)) * GiB
     phases = {}
 
     def slack_of(parts):
-        return (SLACK * (parts["acts"] + parts["logits"] + parts["buffers"]) + GATHER_RESERVED * parts["gathered"]
+        # the root unit is gathered once a step, like an activation: it pays the transient share
+        return (SLACK * (parts["acts"] + parts["logits"] + parts["buffers"] + parts["root"])
+                + GATHER_RESERVED * parts["gathered"]
                 + SLACK_STATIC * (parts["weights"] + parts["grads"] + parts["optim"]))
     for name, parts in live.items():
         phases[name] = sum(parts.values()) + slack_of(parts) + ctx + work
@@ -273,7 +287,7 @@ def estimate(s: Spec) -> Budget:
                   activations_gib=_g(at["acts"]), logits_gib=_g(at["logits"]), overhead_gib=_g(overhead),
                   total_gib=_g(total), capacity_gib=s.capacity_gib, usable_gib=round(usable, 2) if usable else None,
                   fits=fits, headroom_pct=head, assumptions=notes, fit=fit_verdict(total / GiB, usable),
-                  working_buffers_gib=_g(at["buffers"] + at["gathered"]),
+                  working_buffers_gib=_g(at["buffers"] + at["gathered"] + at["root"]),
                   peak_phase=peak, phases={k: _g(v) for k, v in phases.items()}, overhead_terms=terms,
                   sharding=kind, shard_degree=n, typical_total_gib=typical,
                   padding=next((a for a in notes if a.startswith(("padding:", "packing:"))), None))
@@ -319,6 +333,7 @@ def _states(s, P, half, trainable, kind, n):
         p.weights, p.grads, p.optim = weights / n, grads / n, optim / n
         if s.offload:                     # FSDP CPUOffload(offload_params=True): params, grads, states on the host
             p.weights = p.grads = p.optim = 0.0
+        p.weights += _unsharded_quant(s, n)
         p.grads_persist = p.grads if s.grad_accum > 1 else 0.0
         return p
     # DeepSpeed, after estimate_zero2/zero3_model_states_mem_needs (deepspeed/runtime/zero/
@@ -343,6 +358,8 @@ def _states(s, P, half, trainable, kind, n):
             grads = 0.0
     elif s.offload:                       # a plain "offload" flag without ZeRO: optimizer states on the host
         optim = 0.0
+    if kind == "zero3":
+        weights += _unsharded_quant(s, n)
     p.weights, p.grads, p.optim = weights, grads + fp32_grads, optim
     # DeepSpeed allocates its gradient partitions once; plain PyTorch frees .grad after each step
     # (zero_grad(set_to_none=True)) unless gradients accumulate over several micro-batches.
@@ -353,6 +370,16 @@ def _states(s, P, half, trainable, kind, n):
         p.grads += grads
         p.grads_persist += grads
     return p
+
+
+def _unsharded_quant(s, n):
+    """Bytes of quantisation constants a sharded (or offloaded) run keeps whole on each GPU beyond
+    its 1/N share (see QUANT_CONST)."""
+    bits = s.quant_bits if s.method in ("lora", "qlora") else None
+    if bits not in QUANT_CONST:
+        return 0.0
+    const = linear_params(s.model) * QUANT_CONST[bits]
+    return const if s.offload else const * (1 - 1 / n)
 
 
 def _activations(s, p, half):
@@ -369,13 +396,20 @@ def _activations(s, p, half):
         p.acts = (layer_bytes + eager) * m.layers
     # the loss upcasts the logits to fp32; Liger/Unsloth's fused linear cross-entropy computes it in
     # chunks and never holds the full batch × seq × vocabulary tensor
-    p.logits = 0.0 if s.liger else tokens * m.vocab * LOGIT_BYTES
+    p.logits = 0.0 if s.liger else tokens * m.vocab * (LOGIT_BYTES if loss_in_fp32(s) else LOGIT_BYTES_16)
     if s.quant_bits in QUANT_BYTES and s.method in ("lora", "qlora"):
         # bitsandbytes dequantises each 4/8-bit linear to a 16-bit weight for its matmul, in forward
         # and again in backward, and frees it after; the caching allocator keeps the largest such
         # block, about twice (the backward's next dequantisation overlaps the gradient matmul)
         per, _ = linear_shapes(m)
         p.quant = 2 * max(i * o for i, o in per.values()) * 2
+
+
+def loss_in_fp32(s: Spec):
+    """Whether the loss sees fp32 logits: autocast (mixed precision outside DeepSpeed), an fp32 model,
+    or a model whose forward upcasts them."""
+    autocast = s.precision in ("fp16", "bf16") and not s.zero
+    return autocast or s.precision == "fp32" or s.model.loss_upcast
 
 
 def _sharding(s, p, P, half, trainable, kind, n):
@@ -416,10 +450,16 @@ def _sharding(s, p, P, half, trainable, kind, n):
         # default) lets at most two be in flight. Backward also holds the unit's unsharded gradients
         # until reduce-scatter. SHARD_GRAD_OP keeps the gathered weights from forward to backward.
         # (PyTorch FSDP docs and notes: "FSDP Prefetch Nuances"; FSDP2 keeps two all-gather outputs.)
+        # The root unit (embeddings, final norm, LM head: never quantised) is not resharded after
+        # forward, "with the intention that they are immediately used for backward computation"
+        # (torch/distributed/fsdp/_runtime_utils.py, _post_forward_reshard; FSDP2's fully_shard docs
+        # say the same of the root): it stays gathered in 16 bit from the forward to the backward.
         gbytes = half if not (s.quant_bits in QUANT_BYTES and s.method in ("lora", "qlora")) else wbytes
         two = 2 * unit * gbytes
-        p.gather_fwd = two + big * gbytes
-        p.gather_bwd = two + big * gbytes + (unit * half * 2 if full else 0.0)
+        root = m.vocab * m.hidden * (1 if m.tied_embeddings else 2) * half
+        p.root = root
+        p.gather_fwd = two
+        p.gather_bwd = two + (unit * half * 2 if full else 0.0)
         if kind == "fsdp_grad_op":
             resident = (P * gbytes if not s.quant_bits else P * wbytes)
             p.gather_fwd += resident

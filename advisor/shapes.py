@@ -28,6 +28,9 @@ class ModelShape(Record):
     experts_per_token: Optional[int] = None
     moe_intermediate: Optional[int] = None
     aliases: List[str] = field(default_factory=list)
+    # whether the model's own forward casts the logits to fp32 before the loss (HF's modelling code
+    # and transformers >= 4.45's loss_function do); models.yaml says false where it does not
+    loss_upcast: bool = True
 
     @property
     def dim(self):

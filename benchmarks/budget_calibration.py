@@ -37,8 +37,11 @@ def spec_of(row):
                 precision="fp16" if "fp16" in row["precision"] else "bf16", quant_bits=quant,
                 batch=int(row["batch"]), seq=int(row["seq_len"]), grad_ckpt=row["grad_ckpt"] == "on",
                 lora_rank=64, lora_target=QWEN1_LORA, flash_attn=True, gpus=gpus,
-                zero=3 if ("zero3" in method or method == "full") else 0, grad_accum=8, packing=True,
+                zero=3 if ("zero3" in method or method == "full") else (2 if method == "qlora" else 0),
+                grad_accum=8, packing=True,
                 capacity_gib=find_gpu(row["gpu"].split("x ")[-1])[0].capacity_gib)
+    if method == "qlora":                # finetune_qlora_single_gpu.sh: --fp16 --deepspeed ds_config_zero2.json
+        spec = spec.model_copy(update={"reduce_bucket": 2e8, "overlap_comm": True})
     if "emb" in method:                  # LoRA plus trainable embeddings and LM head
         spec = spec.model_copy(update={"method": "lora"})
     return spec, gpus, "emb" in method

@@ -122,7 +122,7 @@ def test_groundtruth_error_within_targets():
     last = p.stdout.strip().splitlines()[-1]
     med = float(last.split("median |error|")[1].split("%")[0])
     p90 = float(last.split("p90 |error|")[1].split("%")[0])
-    assert med <= 15 and p90 <= 30, last
+    assert med <= 8 and p90 <= 20, last
 
 
 # ---- budget v2: phases, sharding, overhead terms, padding ---------------------------------------
@@ -202,6 +202,29 @@ def test_qlora_pays_for_the_dequantised_linear():
     assert 0.5 < q.working_buffers_gib < 3 and lora.working_buffers_gib < q.working_buffers_gib
 
 
+def test_loss_stays_16_bit_only_without_autocast_and_without_a_model_upcast():
+    kw = dict(method="lora", batch=1, seq=8192, precision="fp16")
+    qwen_amp = estimate(spec("Qwen-7B", **kw))
+    qwen_ds = estimate(spec("Qwen-7B", **kw, zero=2))          # DeepSpeed's engine: no autocast
+    llama_ds = estimate(spec("Llama-2-7b", **kw, zero=2))
+    llama_amp = estimate(spec("Llama-2-7b", **kw))
+    assert qwen_ds.logits_gib == pytest.approx(qwen_amp.logits_gib * 8 / 12, rel=0.01)
+    assert llama_ds.logits_gib == pytest.approx(llama_amp.logits_gib, rel=0.01)   # HF Llama upcasts itself
+
+
+def test_sharded_qlora_keeps_quantisation_constants_and_root_unit_whole():
+    kw = dict(method="qlora", quant_bits=4, batch=2, seq=2048, gpus=2, fsdp="full_shard", packing=True)
+    on_gpu = estimate(spec("Llama-2-70b", **kw))
+    offload = estimate(spec("Llama-2-70b", **kw, offload=True))
+    lora_off = estimate(spec("Llama-2-70b", **dict(kw, method="lora", quant_bits=None), offload=True))
+    # offloaded, the packed 4-bit weights leave the GPU but their absmax constants (~1 GiB for 70B) stay
+    assert 0.5 < offload.weights_gib < 2 and lora_off.weights_gib == 0
+    assert offload.weights_gib < on_gpu.weights_gib
+    # the root unit (embeddings + LM head, 16 bit) stays gathered: more than a 4-bit copy of them would be
+    m = find_model("Llama-2-70b")[0]
+    assert on_gpu.working_buffers_gib > 2 * m.vocab * m.hidden * 2 / 2**30
+
+
 def test_sharding_settings_from_configs():
     from advisor.runspec import deepspeed_buckets, fsdp_of
     assert fsdp_of("full_shard auto_wrap") == "full_shard"
@@ -228,9 +251,8 @@ def test_sharded_groundtruth_error_within_targets():
     line = next(x for x in p.stdout.splitlines() if x.startswith("sharded"))
     med = float(line.split("median |error|")[1].split("%")[0])
     p90 = float(line.split("p90 |error|")[1].split("%")[0])
-    # the known gap: with CPU offload (ZeRO-3 offload_param, FSDP CPUOffload) measured peaks sit 2-5 GiB
-    # above what the mechanism leaves on the GPU (FSDP + QLoRA offload reads 25 % low)
-    assert med <= 10 and p90 <= 30, line
+    # the known gap: ZeRO-3 offload_param (LlamaFactory#5977) reads ~16 % low
+    assert med <= 8 and p90 <= 20, line
 
 
 def test_catalogue_snapshot_and_estimator_import_no_circle():
@@ -271,3 +293,18 @@ def test_tight_is_said_in_every_format_and_still_exits_0():
                             ("html", "en", "tight: fits the card"), ("html", "zh", "偏紧：放得下")):
         rc, out, _ = run_budget(*args, "--gpu", "30GiB", "--format", fmt, "--lang", lang)
         assert rc == 0 and word in out, (fmt, lang)
+
+
+def test_peers_table_runs_with_or_without_the_peers_installed():
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "budget_peers.py")],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    ours = [x for x in lines if x.startswith("oom-doctor")]
+    assert len(ours) == 2 and "%" in ours[0]
+    for peer in ("vramcalc", "ftuneai", "ml-memguard", "peft-doctor"):
+        rows = [x for x in lines if x.startswith(peer)]
+        # a peer either has a figure on the rows it can express or is said not to have run, with why
+        assert rows and all(("%" in x or " -" in x or "not run" in x) for x in rows), peer
+        if any("not run" in x for x in rows):
+            assert any(x.startswith(f"{peer}: not run here (") for x in lines)
