@@ -252,3 +252,15 @@ def test_every_substring_check_of_the_parser_holds_a_gate_word():
     assert len(checks) == 5
     literals = [lit for fn in checks for lit in _ungated_literals(fn, parser._GATE)]
     assert not literals, literals
+
+
+def test_diagnose_bytes_gives_what_the_file_gives_on_every_log():
+    """The library entry for logs already in memory (batch items) diagnoses as the file path does."""
+    from advisor.pipeline import diagnose_bytes, diagnose_path
+
+    def facts(d):
+        j = d.to_json_dict()
+        return {k: j.get(k) for k in ("verdict", "rule", "phase", "component", "memory", "evidence")}
+    diffs = [p.name for p in LOGS
+             if facts(diagnose_bytes(p.read_bytes(), str(p), with_plan=False)) != facts(diagnose_path(str(p), with_plan=False))]
+    assert not diffs
