@@ -60,10 +60,10 @@ def main():
     a = ap.parse_args()
     out = Path(tempfile.gettempdir()) / "oom-doctor-bench"
     out.mkdir(exist_ok=True)
-    print(f"{'size':>6} {'diagnose s':>11} {'peak MiB':>9} {'grep s':>8} {'ratio':>6} {'stdin s':>8} {'stdin MiB':>10}"
-          f" {'pipe grep s':>12} {'ratio':>6}")
     print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs (a shared machine:"
           " compare the ratios, measured in this one run)")
+    print(f"{'size':>6} {'diagnose s':>11} {'peak MiB':>9} {'grep s':>8} {'ratio':>6} {'stdin s':>8} {'stdin MiB':>10}"
+          f" {'pipe grep s':>12} {'ratio':>6}")
     for size in a.sizes.split(","):
         path = out / f"bench-{size}.log"
         if not path.exists():
