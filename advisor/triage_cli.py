@@ -210,7 +210,10 @@ from .triage_render import (_named, render_csv, render_markdown, render_report, 
 @click.option("--lang", type=click.Choice(["en", "zh"]), default=None,
               help="Language of the replies (default: $OOM_DOCTOR_LANG, then the locale).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the report here.")
-def triage(paths, fmt, jobs, lang, output):
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Who runs the diagnoses: local processes, or Ray Data (RAY_ADDRESS selects a cluster; "
+                   "paths may be URIs such as s3://bucket/logs/).")
+def triage(paths, fmt, jobs, lang, output, engine):
     """Group many logs by failure: files, folders (recursive) and globs."""
     from .cli import EXIT_OK, EXIT_OOM, EXIT_USAGE, _emit, default_lang, fail
     tty = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
@@ -221,8 +224,14 @@ def triage(paths, fmt, jobs, lang, output):
         runs = [pick(d) for d in found if os.path.isdir(d)]
         inside = [f for r in runs for f in (r.log, r.config)]
         refuse_input_as_output(output, list(paths) + found + inside)
-    jobs = capped_jobs(jobs)
-    report = run_triage(paths, lang or default_lang(), jobs, tty)
+    if engine == "ray":
+        from .ray_engine import EngineMissing, run_triage_ray
+        try:
+            report = run_triage_ray(paths, lang or default_lang(), tty)
+        except EngineMissing as e:
+            fail(str(e))
+    else:
+        report = run_triage(paths, lang or default_lang(), capped_jobs(jobs), tty)
     if report is None:
         fail("no log files matched: " + " ".join(paths))
     _emit(render_report(report, fmt, lang or default_lang()), output)
