@@ -61,11 +61,17 @@ def _start(ray, progress):
         ctx.print_on_execution_start = False
 
 
+def _readable(path):
+    """A regular file this process may read: Ray Data fails the whole read on anything else."""
+    from .triage_cli import _regular
+    return _regular(path) and os.access(path, os.R_OK)
+
+
 def _datasets(ray, files, uris, lang):
     """The Ray datasets to map: local files read as bytes, run folders by path, URIs as given."""
     opts = dict(batch_size=BATCH, fn_kwargs={"lang": lang}, batch_format="numpy")
-    plain = [os.path.abspath(f) for f in files if not os.path.isdir(f)]
-    runs = [f for f in files if os.path.isdir(f)]
+    plain = [os.path.abspath(f) for f in files if not os.path.isdir(f) and _readable(f)]
+    runs = [os.path.abspath(f) for f in files if os.path.isdir(f)]      # a worker may have another cwd
     # A run folder is one report made of several files (log, config, records): its workers read it by
     # path, which a local Ray, or a cluster on a shared filesystem, can.
     if plain:
@@ -101,6 +107,9 @@ def run_triage_ray(args, lang="en", progress=False):
     order = {f: i for i, f in enumerate(files)}
     _start(ray, progress)
     state, failed = batch.empty(), []
+    # A broken link, a FIFO, a file without read permission: its one-line error is made here, as the
+    # local engine makes it (a stat, no read).
+    failed += [batch.diagnose_item(f, f, lang) for f in files if not os.path.isdir(f) and not _readable(f)]
     for ds in _datasets(ray, files, uris, lang):
         for item in ds.iter_rows():
             row = json.loads(item["row"])
