@@ -77,9 +77,21 @@ MARKER_PHRASES = re.compile(r"\*{5} Running (?:training|Evaluation|Prediction) \
                             r"|Loading checkpoint shards|\*{5} (?:train|eval) metrics \*{5}")
 
 BATCH = 256            # lines whose text is searched at once (feed_batch)
+# Every substring the progress, marker, fact and memory checks test a line for first, shortened to a
+# part each such test needs (tests/test_fastpath.py checks that each literal of those tests holds one):
+# a line holding none of them, no signal key (and in the head no framework or launcher word) changes
+# nothing but the line count and the rings, so a batch's one automaton scan spares it the per-line Python checks.
+_GATE = ("%", "{'", "oss", "emory", "*****", "aving", "saved", "oad", "nstantiating", "uantizing", "zero.init",
+         "trainable params", "model checkpoint weights were used", "Gradient checkpointing enabled", "Fine-tuning method",
+         "DeepSpeed", "ZeRO", "optimizer states", "__init__]", "Starting trainer", "Unsloth - 2x faster", "raining",
+         "Batch generation can be very slow", " = ", "Process rank", "......", "--", "-bit",
+         "does not support gradient checkpointing", "vanilla attention", "Pure bf16", "distributed tasks at",
+         "GPU type:", "GPU name", "name_or_path", ".py", "expandable_segments:True")
 # a launcher with settings after it; frames (`File ".../bin/torchrun"`) have none
 _COMMAND_HINT = re.compile(r"(?:^|[$#>+] )(?:[A-Z_]+=\S+ )*(?:llamafactory-cli|lmf|torchrun|accelerate launch|swift (?:sft|pt|rlhf|infer|"
                            r"deploy|export|eval)|vllm serve|tune run|deepspeed|python[\d.]*) \S.*(?:--\w|\w=|\.ya?ml\b)")
+# a word each launcher of _COMMAND_HINT starts with (the head's gate: a line without one is no command)
+_COMMAND_WORDS = ("llamafactory-cli", "lmf", "torchrun", "accelerate", "swift", "vllm", "tune", "deepspeed", "python")
 PROGRESS_PATTERNS = (_BAR, _BAR_LIGHT, MARKER_PHRASES)   # bars and phase lines a wrap may cut (reader)
 _ZERO_FRAME = re.compile(r"deepspeed/runtime/zero/(stage3|stage_1_and_2)\.py")
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16"}
@@ -134,10 +146,15 @@ class Parser:
             return {bisect_right(ends, start) for _, start, _ in _automaton(words).find_matches_as_indexes(text)}
         signal = hits(sig._KEYS)
         framework = hits(tuple(n for n, _ in _FRAMEWORKS)) if lines[0].no <= FRAMEWORK_HEAD else None
+        wanted = hits(_GATE) | signal | (framework | hits(_COMMAND_WORDS) if framework is not None else set())
         for i, ln in enumerate(lines):
-            self.feed(ln, i in signal, True, framework is None or i in framework)
+            if i in wanted or ln.no <= FRAMEWORK_HEAD and self.t.command is not None and self.t.command.endswith("\\"):
+                self.feed(ln, i in signal, True, framework is None or i in framework)
+            else:
+                self._keep(ln)
 
-    def feed(self, line, may_signal=True, may_command=True, may_framework=True):
+    def _keep(self, line):
+        """What every line does: count, the rings, its rank."""
         self.t.line_count = line.no
         self.ring.append(line)
         if self.pinned is not None and self.pin_left > 0:
@@ -145,6 +162,9 @@ class Parser:
             self.pin_left -= 1
         if line.rank is not None:
             self.ranks.add(line.rank)
+
+    def feed(self, line, may_signal=True, may_command=True, may_framework=True):
+        self._keep(line)
         text = line.text
         if not text:
             return

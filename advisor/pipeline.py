@@ -22,7 +22,14 @@ def diagnose_path(path, config_path=None, lang="en", gpu=None, model=None, param
 
 def diagnose_text(text, config_path=None, lang="en", source="<text>", **kw):
     data = text.encode("utf-8") if isinstance(text, str) else text
-    return diagnose_stream(io.BytesIO(data), source, config_path, lang, **kw)
+    return diagnose_bytes(data, source, config_path, lang, **kw)
+
+
+def diagnose_bytes(data, source="<bytes>", config_path=None, lang="en", gpu=None, model=None, params=None,
+                   with_plan=True, adjust=None):
+    """A log already in memory (a batch worker's item, an archive member): the bytes are scanned and
+    parsed in place, by the same path as a pipe (small: whole; big: the windows around the anchors)."""
+    return diagnose_stream(io.BytesIO(data), source, config_path, lang, gpu, model, params, with_plan, adjust)
 
 
 def diagnose_stream(stream, source, config_path=None, lang="en", gpu=None, model=None, params=None, with_plan=True,

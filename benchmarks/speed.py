@@ -2,7 +2,7 @@
 """Speed and memory of `oom-doctor diagnose` on big logs, against grep and Python's own start-up.
 
 usage: python benchmarks/speed.py [--sizes 100M,1G,4G] [--stdin-max 1G] [--keep]
-For each size: generate a realistic log (benchmarks/biglog.py) into benchmarks/out/, then in one run
+For each size: generate a realistic log (benchmarks/biglog.py) into /tmp/oom-doctor-bench/, then in one run
 on the same file measure the wall time and peak RSS of `oom-doctor diagnose --format json`, the wall
 time of `grep -c -E` with the markers the tool needs, and their ratio; the same log piped through
 stdin (no seeking: anchors scanned in C, windows parsed) up to --stdin-max, against `grep -c -E` over
@@ -12,9 +12,11 @@ diagnosing a 200-line log, each against `python3 -c pass` (median of 7 runs).
 """
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
+import tempfile
 import sys
 import time
 from pathlib import Path
@@ -54,10 +56,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="100M,1G")
     ap.add_argument("--stdin-max", default="1G")
-    ap.add_argument("--keep", action="store_true", help="keep the generated logs in benchmarks/out/")
+    ap.add_argument("--keep", action="store_true", help="keep the generated logs in /tmp/oom-doctor-bench/")
     a = ap.parse_args()
-    out = HERE / "out"
+    out = Path(tempfile.gettempdir()) / "oom-doctor-bench"
     out.mkdir(exist_ok=True)
+    print(f"load average: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs (a shared machine:"
+          " compare the ratios, measured in this one run)")
     print(f"{'size':>6} {'diagnose s':>11} {'peak MiB':>9} {'grep s':>8} {'ratio':>6} {'stdin s':>8} {'stdin MiB':>10}"
           f" {'pipe grep s':>12} {'ratio':>6}")
     for size in a.sizes.split(","):
@@ -74,6 +78,9 @@ def main():
             _, s_rss = timed(["sh", "-c", f"cat '{path}' | '{TOOL[0]}' diagnose --format json -"])
             s_time = wall(["sh", "-c", f"cat '{path}' | '{TOOL[0]}' diagnose --format json -"], runs=3)
             p_time = wall(["sh", "-c", f"cat '{path}' | grep -c -E '{MARKERS}'"], runs=3)
+            same = _verdict(["sh", "-c", f"cat '{path}' | '{TOOL[0]}' diagnose --format json -"]) == \
+                _verdict(TOOL + ["diagnose", "--format", "json", str(path)])
+            print(f"{'':>6} stdin and file path agree on verdict, rule, phase, component, memory: {same}")
         print(f"{size:>6} {d_time:11.2f} {d_rss:9.1f} {g_time:8.2f} {d_time / g_time:6.2f} {s_time:8.2f} {s_rss:10.1f}"
               f" {p_time:12.2f} {s_time / p_time:6.2f}")
         if not a.keep:
@@ -89,6 +96,13 @@ def main():
           f"({version / base:.1f}x); diagnose a 200-line log {diag * 1000:.0f} ms ({diag / base:.1f}x)")
 
 
+def _verdict(cmd):
+    import json
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    d = json.loads(out.stdout)
+    return [str(d.get(k)) for k in ("verdict", "rule", "phase", "component", "memory")]
+
+
 def triage_cpu(n=200):
     """CPU milliseconds `oom-doctor triage` spends diagnosing one ~23 KB report (reading included)."""
     import random
@@ -97,7 +111,7 @@ def triage_cpu(n=200):
     from triage_bench import generate
     from advisor.pipeline import diagnose_path
     with tempfile.TemporaryDirectory() as folder:
-        paths = list(generate(n, Path(folder)))
+        paths = list(generate(n, Path(folder))[0])
         random.Random(0).shuffle(paths)
         size = sum(Path(p).stat().st_size for p in paths) / len(paths)
         for p in paths[:20]:                     # warm: rules, catalogues, regexes compiled

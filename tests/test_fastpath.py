@@ -1,5 +1,6 @@
 """The windowed reading of big files gives the same diagnosis as reading everything."""
 
+import re
 import sys
 from pathlib import Path
 
@@ -208,3 +209,58 @@ def test_batched_prefilters_change_nothing():
         for line in lines:
             one.feed(line)
         assert parse(lines, str(path)).model_dump() == one.finish().model_dump(), path.name
+
+
+def _ungated_literals(node, gate, guarded=False):
+    """The `"x" in text` literals of `node` that neither hold a gate word nor sit under a test that does
+    (an `if` whose test, or an `and` one of whose terms, needs a gated literal)."""
+    import ast
+
+    def needs_gate(test):              # a test true only on lines holding a gate word
+        if isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.In) and isinstance(test.left, ast.Constant) \
+                and isinstance(test.comparators[0], ast.Name) and test.comparators[0].id == "text":
+            return any(w in test.left.value for w in gate)
+        if isinstance(test, ast.BoolOp):
+            parts = [needs_gate(v) for v in test.values]
+            return any(parts) if isinstance(test.op, ast.And) else all(parts)
+        return False
+    out = []
+    if isinstance(node, ast.Compare) and isinstance(node.ops[0], ast.In) and isinstance(node.left, ast.Constant) \
+            and isinstance(node.comparators[0], ast.Name) and node.comparators[0].id == "text":
+        return [] if guarded or any(w in node.left.value for w in gate) else [node.left.value]
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And) and needs_gate(node):
+        guarded = True
+    if isinstance(node, ast.If) and needs_gate(node.test):
+        for child in node.body:
+            out += _ungated_literals(child, gate, True)
+        for child in [node.test] + node.orelse:
+            out += _ungated_literals(child, gate, guarded)
+        return out
+    for child in ast.iter_child_nodes(node):
+        out += _ungated_literals(child, gate, guarded)
+    return out
+
+
+def test_every_substring_check_of_the_parser_holds_a_gate_word():
+    """A line the batch gate skips must fail every substring test the per-line checks start with."""
+    import ast
+    import inspect
+    import advisor.parser as parser
+    tree = ast.parse(inspect.getsource(parser.Parser))
+    checks = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
+              and n.name in ("feed", "_progress", "_markers", "_facts", "_memory_point")]
+    assert len(checks) == 5
+    literals = [lit for fn in checks for lit in _ungated_literals(fn, parser._GATE)]
+    assert not literals, literals
+
+
+def test_diagnose_bytes_gives_what_the_file_gives_on_every_log():
+    """The library entry for logs already in memory (batch items) diagnoses as the file path does."""
+    from advisor.pipeline import diagnose_bytes, diagnose_path
+
+    def facts(d):
+        j = d.to_json_dict()
+        return {k: j.get(k) for k in ("verdict", "rule", "phase", "component", "memory", "evidence")}
+    diffs = [p.name for p in LOGS
+             if facts(diagnose_bytes(p.read_bytes(), str(p), with_plan=False)) != facts(diagnose_path(str(p), with_plan=False))]
+    assert not diffs
