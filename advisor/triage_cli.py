@@ -9,7 +9,6 @@ shows an OOM, else 0; 2 when no path matched, or no file could be read at all.
 import contextlib
 import glob
 import os
-import re
 import stat
 import sys
 
@@ -18,31 +17,6 @@ import click
 SUFFIXES = (".log", ".txt", ".out")
 PROGRESS_MIN = 36           # a bar for a handful of files is noise
 IN_PROCESS_MAX = 8          # below this, forking workers costs more than it saves
-_FACT_KEYS = ("framework", "model", "step")
-_MEM_KEYS = ("total_gib", "tried_gib", "reserved_unallocated_gib", "allocated_by_pytorch_gib")
-_PLAN_KEYS = ("action", "display", "alternative")
-_PLAN_STEPS = 4             # a reply quotes two; alternatives are skipped on the way
-# A run the shell or the kernel killed prints no error: the last lines say so, often glued to a bar.
-_KILL = re.compile(r"(?:^|[\]\s])(?:Killed|Terminated)\s*$|SIGKILL|signal 9\b|exit(?: code|code| status)\s*:?\s*(?:-9|137)\b",
-                   re.M)
-
-
-def _plan_wanted(diagnosis):
-    """Only an out-of-memory reply quotes plan steps; the others use the rule's own ladder or ask
-    for more, so their plan (~15 % of a diagnosis) is not made."""
-    return diagnosis.verdict in ("device_oom", "host_oom")
-
-
-def _killed_at_end(path, tail=4096):
-    """True when the last few KB of a log with no failure say the process was killed."""
-    from .reader import sniff_encoding
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(max(0, os.path.getsize(path) - tail))
-            data = fh.read(tail)
-        return bool(_KILL.search(data.decode(sniff_encoding(data[:4096]), errors="replace")))
-    except (OSError, Exception):
-        return False
 
 
 def _regular(path):
@@ -131,64 +105,30 @@ def expand(args):
 
 
 def _diagnose_one(path, lang):
-    """(slim diagnosis dict, None) or (None, one-line error); never raises."""
-    from .pipeline import diagnose_any
-    from .reader import InputError
-    from .triage import signature
-    from .files import os_error, why_not_regular
-    try:
-        st = os.stat(path)
-    except OSError as e:
-        return None, _without_path(str(os_error(path, e)), path)
-    if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
-        return None, why_not_regular(st.st_mode, "log file") + "; skipped"
-    try:
-        # The plan is made here, in the worker: the parent then never re-diagnoses a representative
-        # one by one after grouping (a serial tail of one diagnosis per group).
-        d = diagnose_any(path, lang=lang, with_plan=_plan_wanted).to_json_dict()
-    except InputError as e:
-        return None, _without_path(str(e), path)
-    except Exception as e:          # a crash on one file must not lose the other 9 999
-        return None, f"internal error: {type(e).__name__}: {e}".splitlines()[0]
-    slim = {k: d[k] for k in ("verdict", "accelerator", "phase", "component", "confidence", "rule",
-                              "title", "summary", "evidence")}
-    slim["source"] = path           # as given, not as the reader named it
-    slim["memory"] = {k: d["memory"].get(k) for k in _MEM_KEYS}
-    slim["facts"] = {k: d["facts"].get(k) for k in _FACT_KEYS}
-    slim["plan"] = [{k: s.get(k) for k in _PLAN_KEYS} for s in (d.get("plan") or [])[:_PLAN_STEPS]]
-    if d["verdict"] == "no_failure" and _killed_at_end(path):
-        slim["killed"] = True
-    # computed in the worker: the parent only groups; a killed run never shares the healthy group
-    slim["signature"] = "process killed, no error before it" if slim.get("killed") else signature(d)
-    if d.get("run_folder"):
-        slim["run_folder"] = {k: d["run_folder"][k] for k in ("log", "config", "records")}
-    try:
-        slim["mtime"] = os.path.getmtime(d["run_folder"]["log"] or path) if d.get("run_folder") else os.path.getmtime(path)
-    except OSError:
-        slim["mtime"] = None
-    return slim, None
-
-
-def _without_path(msg, path):
-    return msg[len(path) + 2:] if msg.startswith(path + ": ") else msg
+    """(row, None) or (None, one-line error); never raises. The row is advisor.batch's."""
+    from .batch import diagnose_item
+    row = diagnose_item(path, path, lang)
+    return (None, row["error"]) if "error" in row else (row, None)
 
 
 def _diagnose_chunk(paths, lang):
-    return [_diagnose_one(p, lang) for p in paths]
+    from .batch import diagnose_batch
+    return diagnose_batch([(p, p) for p in paths], lang)
 
 
-def diagnose_all(paths, lang="en", jobs=None, progress=False):
-    """[(dict or None, error or None)] in the order of `paths`, diagnosed by `jobs` processes."""
+def iter_rows(paths, lang="en", jobs=None, progress=False):
+    """(index into `paths`, row) as each file is done, diagnosed by `jobs` processes; the caller folds
+    them away (advisor.batch.add), so the parent never holds every diagnosis at once."""
+    from .batch import diagnose_item
     jobs = max(1, jobs or os.cpu_count() or 1)
-    results = [None] * len(paths)
     bar = click.progressbar(length=len(paths), label="diagnosing", file=sys.stderr) if progress else None
     with bar or contextlib.nullcontext():
         if jobs == 1 or len(paths) <= IN_PROCESS_MAX:
             for i, p in enumerate(paths):
-                results[i] = _diagnose_one(p, lang)
+                yield i, diagnose_item(p, p, lang)
                 if bar:
                     bar.update(1)
-            return results
+            return
         from concurrent.futures import ProcessPoolExecutor, as_completed
         from .pipeline import diagnose_any  # noqa: F401  (imported before forking: workers inherit it)
         from .rules import load_rules
@@ -199,20 +139,28 @@ def diagnose_all(paths, lang="en", jobs=None, progress=False):
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             futures = {pool.submit(_diagnose_chunk, paths[i:i + size], lang): i for i in range(0, len(paths), size)}
             for fut in as_completed(futures):
-                start = futures[fut]
+                start = futures.pop(fut)        # dropped: a done chunk's rows are not kept here
                 try:
                     chunk = fut.result()
                 except Exception:       # a worker died (killed, out of memory): redo its files here
                     retry.append(start)
                     continue
-                results[start:start + len(chunk)] = chunk
+                for k, row in enumerate(chunk):
+                    yield start + k, row
                 if bar:
                     bar.update(len(chunk))
         for start in retry:
             for i in range(start, min(start + size, len(paths))):
-                results[i] = _diagnose_one(paths[i], lang)
+                yield i, diagnose_item(paths[i], paths[i], lang)
                 if bar:
                     bar.update(1)
+
+
+def diagnose_all(paths, lang="en", jobs=None, progress=False):
+    """[(dict or None, error or None)] in the order of `paths`, diagnosed by `jobs` processes."""
+    results = [None] * len(paths)
+    for i, row in iter_rows(paths, lang, jobs, progress):
+        results[i] = (None, row["error"]) if "error" in row else (row, None)
     return results
 
 
@@ -235,19 +183,19 @@ def capped_jobs(jobs):
 
 def run_triage(args, lang="en", jobs=None, tty=False):
     """PATH arguments -> the triage/v1 report as a dict (None when no file matched at all)."""
-    from .triage import group, summary
+    from . import batch
     files, missing = expand(args)
     if not files:
         return None
-    diagnoses, errors = [], [{"path": m, "error": "no such file, folder or glob match"} for m in missing]
-    for path, (d, err) in zip(files, diagnose_all(files, lang, jobs, tty and len(files) > PROGRESS_MIN)):
-        if d is None:
-            errors.append({"path": path, "error": err})
+    state, failed = batch.empty(), []
+    for i, row in iter_rows(files, lang, jobs, tty and len(files) > PROGRESS_MIN):
+        if "error" in row:
+            failed.append((i, row))      # listed in the order of the paths, whatever order they finish in
         else:
-            diagnoses.append(d)
-    groups = group(diagnoses, lang)
-    return {"schema": "oom-doctor/triage/v1", "summary": summary(diagnoses, errors, groups),
-            "groups": [g.to_dict() for g in groups], "errors": errors}
+            batch.add(state, row)
+    for _, row in sorted(failed, key=lambda f: f[0]):
+        batch.add(state, row)
+    return batch.finish(state, lang, [{"path": m, "error": "no such file, folder or glob match"} for m in missing])
 
 
 # Renderers live in triage_render.py; these names stay importable from here.
@@ -267,7 +215,10 @@ from .triage_render import (_named, render_csv, render_markdown, render_report, 
 @click.option("--verdict", "verdicts", multiple=True, help="Show only groups with this verdict (repeatable).")
 @click.option("--rule", "rules", multiple=True, help="Show only groups of this rule id (repeatable).")
 @click.option("--min-count", type=click.IntRange(min=1), default=None, help="Show only groups of at least N files.")
-def triage(paths, fmt, jobs, lang, output, baseline, verdicts, rules, min_count):
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Who runs the diagnoses: local processes, or Ray Data (RAY_ADDRESS selects a cluster; "
+                   "paths may be URIs such as s3://bucket/logs/).")
+def triage(paths, fmt, jobs, lang, output, engine, baseline, verdicts, rules, min_count):
     """Group many logs by failure: files, folders (recursive) and globs."""
     from .cli import EXIT_OK, EXIT_OOM, EXIT_USAGE, _emit, default_lang, fail
     from . import triage_week
@@ -283,8 +234,14 @@ def triage(paths, fmt, jobs, lang, output, baseline, verdicts, rules, min_count)
         runs = [pick(d) for d in found if os.path.isdir(d)]
         inside = [f for r in runs for f in (r.log, r.config)]
         refuse_input_as_output(output, list(paths) + found + inside)
-    jobs = capped_jobs(jobs)
-    report = run_triage(paths, lang or default_lang(), jobs, tty)
+    if engine == "ray":
+        from .ray_engine import EngineMissing, run_triage_ray
+        try:
+            report = run_triage_ray(paths, lang or default_lang(), tty)
+        except EngineMissing as e:
+            fail(str(e))
+    else:
+        report = run_triage(paths, lang or default_lang(), capped_jobs(jobs), tty)
     if report is None:
         fail("no log files matched: " + " ".join(paths))
     if last is not None:
