@@ -66,12 +66,12 @@ def error_row(id, error):
     return {"id": id, "error": error}
 
 
-def diagnose_item(id, data_or_path, lang="en"):
+def diagnose_item(id, data_or_path, lang="en", config=None):
     """One log -> one row: the slim diagnosis a group needs (with `source` = id, `signature`,
     `fingerprint`), or {"id", "error"} with a one-line error. Never raises.
 
-    `data_or_path` is a path (a file or a run folder, read here) or the bytes of one log."""
-    from .pipeline import diagnose_bytes
+    `data_or_path` is a path (a file or a run folder, read here) or the bytes of one log; `config`,
+    for bytes, a config file that came with them (a path's config is the one beside it)."""
     from .reader import InputError
     from .files import os_error, why_not_regular
     is_path = isinstance(data_or_path, (str, os.PathLike))
@@ -88,15 +88,27 @@ def diagnose_item(id, data_or_path, lang="en"):
         if is_path:
             d, config = _diagnose_path(path, lang, stat.S_ISREG(st.st_mode))
         else:
-            d = diagnose_bytes(bytes(data_or_path), str(id), lang=lang, with_plan=_plan_wanted).to_json_dict()
+            d, config = _diagnose_data(bytes(data_or_path), str(id), lang, config)
     except InputError as e:
         return error_row(id, _without_path(str(e), path if is_path else str(id)))
     except Exception as e:          # a crash on one file must not lose the other 9 999
         return error_row(id, f"internal error: {type(e).__name__}: {e}".splitlines()[0])
     row = _slim(id, d, data_or_path, is_path)
-    if is_path and config:
+    if config:
         row["config"] = config
     return row
+
+
+def _diagnose_data(data, name, lang, config):
+    """The bytes of one log, with a config file when the item brought one (an issue's config block)."""
+    from .pipeline import diagnose_bytes
+    from .reader import InputError
+    if config:
+        try:
+            return diagnose_bytes(data, name, config, lang=lang, with_plan=_plan_wanted).to_json_dict(), config
+        except (InputError, ValueError):
+            pass
+    return diagnose_bytes(data, name, lang=lang, with_plan=_plan_wanted).to_json_dict(), None
 
 
 def _diagnose_path(path, lang, is_file):

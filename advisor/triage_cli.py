@@ -181,13 +181,21 @@ def capped_jobs(jobs):
     return jobs
 
 
-def run_triage(args, lang="en", jobs=None, tty=False):
-    """PATH arguments -> the triage/v1 report as a dict (None when no file matched at all)."""
+def run_triage(args, lang="en", jobs=None, tty=False, issues=False):
+    """PATH arguments -> the triage/v1 report as a dict (None when no file matched at all).
+    With `issues`, each file is an issue export or a markdown file of reports (advisor/issue_input)."""
     from . import batch
     files, missing = expand(args)
     if not files:
         return None
     state, failed = batch.empty(), []
+    unmatched = [{"path": m, "error": "no such file, folder or glob match"} for m in missing]
+    if issues:
+        from .issue_input import diagnose_reports
+        rows, unread = diagnose_reports(files, lang)
+        for row in rows:
+            batch.add(state, row)
+        return batch.finish(state, lang, unmatched + unread)
     for i, row in iter_rows(files, lang, jobs, tty and len(files) > PROGRESS_MIN):
         if "error" in row:
             failed.append((i, row))      # listed in the order of the paths, whatever order they finish in
@@ -195,7 +203,7 @@ def run_triage(args, lang="en", jobs=None, tty=False):
             batch.add(state, row)
     for _, row in sorted(failed, key=lambda f: f[0]):
         batch.add(state, row)
-    return batch.finish(state, lang, [{"path": m, "error": "no such file, folder or glob match"} for m in missing])
+    return batch.finish(state, lang, unmatched)
 
 
 # Renderers live in triage_render.py; these names stay importable from here.
@@ -218,7 +226,10 @@ from .triage_render import (_named, render_csv, render_markdown, render_report, 
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="Who runs the diagnoses: local processes, or Ray Data (RAY_ADDRESS selects a cluster; "
                    "paths may be URIs such as s3://bucket/logs/).")
-def triage(paths, fmt, jobs, lang, output, engine, baseline, verdicts, rules, min_count):
+@click.option("--issues", is_flag=True,
+              help="PATHs are issue exports (gh issue list --json number,title,body,url,comments, or the REST "
+                   "API's JSON) or markdown files: one report per issue, its logs taken from code blocks.")
+def triage(paths, fmt, jobs, lang, output, engine, baseline, verdicts, rules, min_count, issues):
     """Group many logs by failure: files, folders (recursive) and globs."""
     from .cli import EXIT_OK, EXIT_OOM, EXIT_USAGE, _emit, default_lang, fail
     from . import triage_week
@@ -234,6 +245,8 @@ def triage(paths, fmt, jobs, lang, output, engine, baseline, verdicts, rules, mi
         runs = [pick(d) for d in found if os.path.isdir(d)]
         inside = [f for r in runs for f in (r.log, r.config)]
         refuse_input_as_output(output, list(paths) + found + inside)
+    if engine == "ray" and issues:
+        fail("--issues reads its exports here: use it with the local engine")
     if engine == "ray":
         from .ray_engine import EngineMissing, run_triage_ray
         try:
@@ -241,7 +254,7 @@ def triage(paths, fmt, jobs, lang, output, engine, baseline, verdicts, rules, mi
         except EngineMissing as e:
             fail(str(e))
     else:
-        report = run_triage(paths, lang or default_lang(), capped_jobs(jobs), tty)
+        report = run_triage(paths, lang or default_lang(), capped_jobs(jobs), tty, issues)
     if report is None:
         fail("no log files matched: " + " ".join(paths))
     if last is not None:
