@@ -144,7 +144,33 @@ def infer_phase(frames, context, memory=None, quoted=(), script=None, failed_at=
             job = job_of_script(name)
             if job:
                 return job, f"entry script {name.rsplit('/', 1)[-1]}"
+        doing = activity_of(failed_at)
+        if doing:
+            return doing
     return phase, basis
+
+
+# A program that catches the error often logs what it was doing before the message it caught:
+# "Error while evaluating X: CUDA out of memory", "failed during saving: ...". Only the words
+# before the out-of-memory phrase count (the message's own text never says what ran).
+_ACTIVITY = re.compile(r"\b(?:error|failed|failure|exception|crash(?:ed)?)\b[^:\n]{0,40}?\b(?:while|during|when|in)\s+"
+                       r"(?:the\s+)?(evaluat|validat|predict|sav|load|generat|infer|decod)\w*", re.I)
+_OOM_PHRASE = re.compile(r"out of (?:device )?memory|OutOfMemoryError", re.I)
+_ACTIVITY_PHASE = {"evaluat": "evaluation", "validat": "evaluation", "predict": "evaluation",
+                   "sav": "checkpoint_save", "load": "load", "generat": "inference", "infer": "inference",
+                   "decod": "inference"}
+
+
+def activity_of(line):
+    """(phase, basis) from what the failing line says ran before the error it reports, or None."""
+    if not line:
+        return None
+    cut = _OOM_PHRASE.search(line)
+    m = _ACTIVITY.search(line[:cut.start()] if cut else "")
+    if not m:
+        return None
+    word = m.group(1).lower()
+    return _ACTIVITY_PHASE[word], f"the failing line says it was {m.group(0).split()[-1].lower()}"
 
 
 def _phase_of(frames, context, quoted, failed_at):

@@ -213,9 +213,19 @@ from .triage_render import (_named, render_csv, render_markdown, render_report, 
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="Who runs the diagnoses: local processes, or Ray Data (RAY_ADDRESS selects a cluster; "
                    "paths may be URIs such as s3://bucket/logs/).")
-def triage(paths, fmt, jobs, lang, output, engine):
+@click.option("--baseline", type=click.Path(dir_okay=False),
+              help="Last run's JSON report: mark groups new, grown, shrunk, and list the ones gone.")
+@click.option("--verdict", "verdicts", multiple=True, help="Show only groups with this verdict (repeatable).")
+@click.option("--rule", "rules", multiple=True, help="Show only groups of this rule id (repeatable).")
+@click.option("--min-count", type=click.IntRange(min=1), default=None, help="Show only groups of at least N files.")
+def triage(paths, fmt, jobs, lang, output, engine, baseline, verdicts, rules, min_count):
     """Group many logs by failure: files, folders (recursive) and globs."""
     from .cli import EXIT_OK, EXIT_OOM, EXIT_USAGE, _emit, default_lang, fail
+    from . import triage_week
+    try:        # read before the run: a wrong path fails in a second, not after 10 000 files
+        last = triage_week.load_baseline(baseline) if baseline else None
+    except triage_week.BaselineError as e:
+        fail(str(e))
     tty = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
     if output:
         from .files import refuse_input_as_output
@@ -234,6 +244,9 @@ def triage(paths, fmt, jobs, lang, output, engine):
         report = run_triage(paths, lang or default_lang(), capped_jobs(jobs), tty)
     if report is None:
         fail("no log files matched: " + " ".join(paths))
+    if last is not None:
+        triage_week.compare(report, last, baseline)
+    triage_week.apply_filters(report, verdicts, rules, min_count)
     _emit(render_report(report, fmt, lang or default_lang()), output)
     if report["summary"]["ooms"]:
         sys.exit(EXIT_OOM)

@@ -35,7 +35,8 @@ def _summary_lines(s, fmt="{:<12} {}", lang="en"):
 
 def render_table(r, lang="en"):
     zh = lang == "zh"
-    out = _summary_lines(r["summary"], lang=lang) + [""]
+    from .triage_week import change_lines
+    out = _summary_lines(r["summary"], lang=lang) + change_lines(r, lang) + [""]
     for i, g in enumerate(r["groups"], 1):
         mem = g["memory"]
         if zh:
@@ -103,6 +104,7 @@ def render_markdown(r, lang="en"):
     if lang == "zh":
         from .i18n import label
         out = ["# oom-doctor 批量分诊", ""] + [f"- {ln}" for ln in _summary_lines(s, "**{}**：{}", lang)] + [""]
+        out += _changes_md(r, lang)
         out += ["| # | 分组 | 文件数 | 占比 | 结论 | 规则 | 发生阶段 | 占用来源 | 总容量 | 失败的申请 | 代表日志 |",
                 "|---|---|---|---|---|---|---|---|---|---|---|"]
         for i, g in enumerate(r["groups"], 1):
@@ -117,6 +119,7 @@ def render_markdown(r, lang="en"):
             out += ["", "## 无法读取的文件", ""] + [f"- {e['path']}：{md_text(e['error'])}" for e in r["errors"]]
         return "\n".join(out) + "\n"
     out = ["# oom-doctor triage", ""] + [f"- {ln}" for ln in _summary_lines(s, "**{}**: {}")] + [""]
+    out += _changes_md(r, lang)
     out += ["| # | id | count | share | verdict | rule | phase | component | capacity | tried | representative |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, g in enumerate(r["groups"], 1):
@@ -132,23 +135,36 @@ def render_markdown(r, lang="en"):
     return "\n".join(out) + "\n"
 
 
+def _changes_md(r, lang):
+    from .safe import md_text
+    from .triage_week import change_lines
+    lines = change_lines(r, lang)
+    return ([md_text(lines[0]), ""] + [f"- {md_text(ln.strip())}" for ln in lines[1:]] + [""]) if lines else []
+
+
 def render_csv(r):
     import csv
     import io
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["kind", "id", "count", "share", "verdict", "rule", "phase", "component", "capacity_gib", "tried_gib",
-                "representative", "first", "last", "reason", "reply", "needs_info", "evidence"])
+                "representative", "first", "last", "reason", "reply", "needs_info", "evidence"]
+               + (["change", "was"] if "change" in r else []))
     for g in r["groups"]:
         w.writerow(["group", g["id"], g["count"], g["share"], g["verdict"], g["rule"], g["phase"], g["component"],
                     g["memory"].get("total_gib"), g["memory"].get("tried_gib"), g["representative"], g["first"], g["last"],
-                    g["reason"], g["reply"], g.get("needs_info", False), g.get("evidence", "")])
+                    g["reason"], g["reply"], g.get("needs_info", False), g.get("evidence", "")]
+                   + ([g["change"], g["was"]] if "change" in r else []))
+    for g in (r.get("change") or {}).get("gone", []):
+        w.writerow(["gone", g["id"], 0, "", "", g.get("rule") or "", "", "", "", "", "", "", "", g.get("title") or "",
+                    "", "", "", "gone", g.get("count")])
+    pad = ["", ""] if "change" in r else []
     for g in r["groups"]:       # one row per member, after the groups: a sheet can filter on kind
         for m in g["members"]:
             w.writerow(["member", g["id"], 1, "", g["verdict"], g["rule"], g["phase"], g["component"],
-                        "", "", m, "", "", "", "", g.get("needs_info", False), ""])
+                        "", "", m, "", "", "", "", g.get("needs_info", False), ""] + pad)
     for e in r["errors"]:
-        w.writerow(["error", "", 1, "", "", "", "", "", "", "", e["path"], e["path"], e["path"], e["error"], "", "", ""])
+        w.writerow(["error", "", 1, "", "", "", "", "", "", "", e["path"], e["path"], e["path"], e["error"], "", "", ""] + pad)
     return buf.getvalue()
 
 

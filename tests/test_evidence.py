@@ -210,3 +210,16 @@ def test_flat_memory_then_a_failure_reads_as_one_long_batch():
     d = diagnose_text(_swift_steps([30.1, 30.3, 30.0, 30.2, 30.1]) + OOM + "\n", with_plan=False)
     assert d.memory["trend"]["kind"] == "flat" and any("flat" in n for n in d.notes)
     assert "trend" not in diagnose_text(_swift_steps([30.1, 30.3]) + OOM + "\n", with_plan=False).memory
+
+
+def test_a_caught_error_logged_with_what_ran_gives_the_phase():
+    from advisor.phase import activity_of
+    from advisor.pipeline import diagnose_text
+    assert activity_of("ERROR:x:Error while evaluating Task: CUDA out of memory. Tried")[0] == "evaluation"
+    assert activity_of("Exception during saving the model: torch.OutOfMemoryError: CUDA")[0] == "checkpoint_save"
+    # words after the message, or no error word before it, say nothing about what ran
+    assert activity_of("CUDA out of memory while evaluating") is None
+    assert activity_of("evaluating: CUDA out of memory") is None
+    log = ("ERROR:bench.run:Error while evaluating SomeTask: CUDA out of memory. Tried to allocate 848.00 MiB. "
+           "GPU 0 has a total capacity of 79.11 GiB of which 356.88 MiB is free.\n")
+    assert diagnose_text(log).phase == "evaluation"
