@@ -48,15 +48,23 @@ def _size_token(norm):
     return m.group(1) if m else None
 
 
+@functools.lru_cache(maxsize=None)
+def _model_index():
+    """Normalised name or alias -> model, built once (it was ~1 ms of every diagnosis with a model)."""
+    index = {}
+    for m in models():
+        for alias in [m.name] + m.aliases:
+            index.setdefault(_strip_suffixes(_norm(alias)), m)
+    return index
+
+
+@functools.lru_cache(maxsize=1024)     # a folder of reports names the same few models again and again
 def find_model(name):
     """(ModelShape, note) for a model name or path; (None, reason) when nothing fits."""
     if not name:
         return None, "no model name"
     query = _strip_suffixes(_norm(name))
-    index = {}
-    for m in models():
-        for alias in [m.name] + m.aliases:
-            index.setdefault(_strip_suffixes(_norm(alias)), m)
+    index = _model_index()
     if query in index:
         return index[query], None
     size = _size_token(query)

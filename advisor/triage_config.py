@@ -2,14 +2,17 @@
 
 Support desks keep what a reporter sent in one folder: `run12.log` with `run12.yaml`, or a
 folder per report holding the log and one config. The one beside it is taken when it is
-unambiguous: the same stem first, else the only YAML in the folder, else the only JSON.
+unambiguous: the same stem first, else the only YAML in the folder, else the only JSON named like a
+config (a folder's one JSON is as often a label, a trainer state or a metrics dump).
 """
 
 import functools
 import os
+import re
 
 _YAML = (".yaml", ".yml")
 _JSON = (".json",)
+_CONFIG_NAME = re.compile(r"config|args|arguments|deepspeed|ds_|zero|fsdp|accelerate|recipe", re.I)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -20,8 +23,8 @@ def _configs_in(folder, mtime_ns):
         names = sorted(os.listdir(folder or "."))
     except OSError:
         return (), ()
-    pick = lambda exts: tuple(os.path.join(folder, n) for n in names if os.path.splitext(n)[1].lower() in exts)
-    return pick(_YAML), pick(_JSON)
+    pick = lambda exts: [os.path.join(folder, n) for n in names if os.path.splitext(n)[1].lower() in exts]
+    return tuple(pick(_YAML)), tuple(p for p in pick(_JSON) if _CONFIG_NAME.search(os.path.basename(p)))
 
 
 def config_beside(log_path):

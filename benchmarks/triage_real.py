@@ -66,6 +66,8 @@ def main():
             copy = terminal(data.decode(enc, errors="replace").replace("\r\n", "\n"), rng, width)
             out = folder / f"{p.parent.name}-{k}.log"
             out.write_bytes(copy.encode(enc, errors="replace"))
+            if (p.parent / "config.yaml").exists():     # the same report: its config travels with the copy
+                shutil.copy(p.parent / "config.yaml", out.with_suffix(".yaml"))
             origin[str(out)] = str(p)
     report = run_triage([str(p) for p in originals] + [str(folder)], jobs=args.jobs)
     group_of = {m: g for g in report["groups"] for m in g["members"]}

@@ -16,7 +16,9 @@ def test_the_same_stem_wins_then_the_only_yaml_then_the_only_json(tmp_path):
     log.write_text("x", encoding="utf-8")
     assert config_beside(str(log)) is None
     (tmp_path / "label.json").write_text("{}", encoding="utf-8")
-    assert config_beside(str(log)) == str(tmp_path / "label.json")
+    assert config_beside(str(log)) is None          # a JSON not named like a config is not taken
+    (tmp_path / "ds_config.json").write_text("{}", encoding="utf-8")
+    assert config_beside(str(log)) == str(tmp_path / "ds_config.json")
     other = tmp_path / "sub"
     other.mkdir()
     (other / "a.log").write_text("x", encoding="utf-8")
