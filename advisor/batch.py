@@ -9,7 +9,6 @@ row is kept only for the member that can become its signature's representative (
 reducer's memory grows with the paths, not with the diagnoses.
 """
 
-import hashlib
 import os
 import re
 import stat
@@ -59,7 +58,8 @@ def _without_path(msg, path):
 def fingerprint(key, sig):
     """Versioned id of one failure: the exact group key and the normalised signature. Equal to the id
     a group of only this signature gets; the version changes when normalise() or the key changes."""
-    return f"{FINGERPRINT_VERSION}:" + hashlib.sha1("\x1f".join(map(str, tuple(key) + (sig,))).encode("utf-8")).hexdigest()[:10]
+    from .triage import _sid
+    return f"{FINGERPRINT_VERSION}:" + _sid(tuple(key), sig)
 
 
 def error_row(id, error):
@@ -102,28 +102,27 @@ def diagnose_item(id, data_or_path, lang="en", config=None):
 def _diagnose_data(data, name, lang, config):
     """The bytes of one log, with a config file when the item brought one (an issue's config block)."""
     from .pipeline import diagnose_bytes
-    from .reader import InputError
-    if config:
-        try:
-            return diagnose_bytes(data, name, config, lang=lang, with_plan=_plan_wanted).to_json_dict(), config
-        except (InputError, ValueError):
-            pass
-    return diagnose_bytes(data, name, lang=lang, with_plan=_plan_wanted).to_json_dict(), None
+    return _with_config(lambda **kw: diagnose_bytes(data, name, lang=lang, with_plan=_plan_wanted, **kw), config)
 
 
 def _diagnose_path(path, lang, is_file):
-    """(diagnosis dict, the config used or None). A config beside the log (triage_config) is its
-    --config; one that cannot be read costs the member its config, never its diagnosis."""
+    """A path, with the config beside it (triage_config) as its --config."""
     from .pipeline import diagnose_any
-    from .reader import InputError
     from .triage_config import config_beside
-    config = config_beside(path) if is_file else None
+    return _with_config(lambda **kw: diagnose_any(path, lang=lang, with_plan=_plan_wanted, **kw),
+                        config_beside(path) if is_file else None)
+
+
+def _with_config(diagnose, config):
+    """(diagnosis dict, the config used or None): a config that cannot be read costs the member its
+    config, never its diagnosis."""
+    from .reader import InputError
     if config:
         try:
-            return diagnose_any(path, config_path=config, lang=lang, with_plan=_plan_wanted).to_json_dict(), config
+            return diagnose(config_path=config).to_json_dict(), config
         except (InputError, ValueError):
             pass
-    return diagnose_any(path, lang=lang, with_plan=_plan_wanted).to_json_dict(), None
+    return diagnose().to_json_dict(), None
 
 
 def _slim(id, d, data_or_path, is_path):

@@ -104,13 +104,6 @@ def expand(args):
     return files, missing
 
 
-def _diagnose_one(path, lang):
-    """(row, None) or (None, one-line error); never raises. The row is advisor.batch's."""
-    from .batch import diagnose_item
-    row = diagnose_item(path, path, lang)
-    return (None, row["error"]) if "error" in row else (row, None)
-
-
 def _diagnose_chunk(paths, lang):
     from .batch import diagnose_batch
     return diagnose_batch([(p, p) for p in paths], lang)
