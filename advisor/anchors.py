@@ -86,3 +86,22 @@ def derived():
     sig = [a for _, _, p in signals._PATTERNS for a in (required(p) or ())]
     mark = required(parser.MARKER_PHRASES.pattern) or []
     return tuple(s.encode() for s in sig), tuple(m.encode() for m in mark)
+
+
+class Gated:
+    """A compiled pattern whose search first asks `in` for one of its required literals: C's
+    substring search skips a 20 KB text in microseconds, where a pattern that starts with \\b or a
+    repeat makes re try every position."""
+
+    def __init__(self, pattern):
+        self.rx = _compile(pattern)
+        lits = None if self.rx.flags & _IGNORECASE else required(pattern)
+        self.literals = tuple(minimal(lits)) if lits else None
+
+    def search(self, text):
+        if self.literals is not None and not any(lit in text for lit in self.literals):
+            return None
+        return self.rx.search(text)
+
+
+from re import IGNORECASE as _IGNORECASE, compile as _compile  # noqa: E402

@@ -232,7 +232,30 @@ def fit_verdict(total_gib, usable_gib):
         return "fits"
     return "tight" if total_gib <= usable_gib else "short"
 
-def estimate(s: Spec) -> Budget:
+def total_gib(s: Spec) -> float:
+    """The estimate's peak total alone: what a plan compares step after step (a dozen specs a plan,
+    and a folder of reports repeats the same few). Cached by the spec's values."""
+    key = _spec_key(s)
+    total = _TOTALS.get(key)
+    if total is None:
+        if len(_TOTALS) > 4096:
+            _TOTALS.clear()
+        total = _TOTALS[key] = estimate(s, typical=False).total_gib
+    return total
+
+
+_TOTALS = {}
+
+
+def _spec_key(s):
+    def plain(v):
+        return tuple(v) if isinstance(v, list) else v
+    shape = tuple(plain(getattr(s.model, f)) for f in s.model.__dataclass_fields__)
+    return shape + tuple(getattr(s, f) for f in s.__dataclass_fields__ if f != "model")
+
+
+def estimate(s: Spec, typical=True) -> Budget:
+    """The budget of `s`; `typical=False` skips the second estimate at half the cutoff."""
     m = s.model
     P = m.params_b * 1e9
     half = 2 if s.precision != "fp32" else 4
@@ -278,9 +301,12 @@ def estimate(s: Spec) -> Budget:
     usable = s.capacity_gib - RESERVE_GIB if s.capacity_gib else None
     fits = total / GiB <= (1 - MARGIN) * usable if usable else None
     head = round(100 * (1 - total / GiB / usable), 1) if usable else None
-    typical = None
-    if not s.packing and s.seq >= 512:
-        typical = estimate(s.model_copy(update={"seq": s.seq // 2, "packing": True})).total_gib
+    if not typical:
+        typical = None
+    elif not s.packing and s.seq >= 512:
+        typical = total_gib(s.model_copy(update={"seq": s.seq // 2, "packing": True}))
+    else:
+        typical = None
     notes = describe(s, kind, n) + _phase_notes(s, peak, phases, terms, typical, foreach_extra(s, trainable, n))
     return Budget(model=m.name, params_b=round(m.params_b, 2), trainable_params=int(trainable),
                   weights_gib=_g(at["weights"]), gradients_gib=_g(at["grads"]), optimizer_states_gib=_g(at["optim"]),

@@ -43,11 +43,18 @@ def tables():
     return [_compile(e) for e in frames], [_compile(e) for e in data["calls"]]
 
 
+@functools.lru_cache(maxsize=8192)
+def _entries_for(func):
+    """The entries whose function pattern matches `func`, in table order. Function names repeat
+    across every traceback (forward, _call_impl, step) while paths differ by machine, so this is
+    what spares each new frame a scan of the whole table."""
+    return tuple(e for e in tables()[0] if e.func.fullmatch(func))
+
+
 @functools.lru_cache(maxsize=4096)
 def _read_frame(path, func, source):
-    for e in tables()[0]:
-        if e.func.fullmatch(func) and (e.path is None or e.path.search(path)) \
-                and (e.code is None or e.code.search(source)):
+    for e in _entries_for(func):
+        if (e.path is None or e.path.search(path)) and (e.code is None or e.code.search(source)):
             return e
     return None
 

@@ -6,6 +6,7 @@ Strongest first: the failing frames, the launch command, the log's own lines, th
 training job then takes its kind from the phase (a failure while loading or saving).
 """
 
+import functools
 import re
 
 from .dialects import get_path
@@ -39,19 +40,31 @@ def _table():
     return snapshot()["jobkinds"]
 
 
+@functools.lru_cache(maxsize=None)
+def _rx(pattern):
+    # compiled once here: the frame table's ~1000 patterns evict these from re's own 512-entry cache
+    return re.compile(pattern)
+
+
+@functools.lru_cache(maxsize=None)
+def _gated(pattern):
+    from .anchors import Gated          # a window's whole text is searched: literals first
+    return Gated(pattern)
+
+
 def _from_frames(frames):
     """The first entry (the table's order is its precedence: an RL rollout runs vLLM's frames too)
     that any frame of the failing traceback matches."""
     paths = [(f.path.replace("\\", "/"), f.func) for f in frames or ()]
     for e in _table()["frames"]:
-        if any(re.search(e["path"], path) and re.fullmatch(e["func"], func) for path, func in paths):
+        if any(_rx(e["path"]).search(path) and _rx(e["func"]).fullmatch(func) for path, func in paths):
             return e["kind"]
     return None
 
 
 def _from_text(entries, text):
     for e in entries:
-        if text and re.search(e["pattern"], text):
+        if text and _gated(e["pattern"]).search(text):
             return e
     return None
 

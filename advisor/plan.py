@@ -10,7 +10,7 @@ two alternatives. The learning rate is never a move: it does not change memory.
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from .budget import MARGIN, RESERVE_GIB, estimate
+from .budget import MARGIN, RESERVE_GIB, total_gib
 from . import dialects as D
 from .planwords import display_text, why_text
 from .record import Record
@@ -367,7 +367,7 @@ def _fits(c, spec):
 
 def _need(c, spec):
     """Estimated peak of `spec`, anchored on what the allocator saw for the run as it failed."""
-    return estimate(spec).total_gib + c.gap
+    return total_gib(spec) + c.gap
 
 
 def observed_need(memory):
@@ -471,7 +471,7 @@ def make_plan(diagnosis, rule, spec=None, config=None, lang="en", left_out=None)
     c = Context(diagnosis, spec, config, lang)
     if spec is not None:
         seen = observed_need(diagnosis.memory or {})
-        c.gap = max(0.0, seen - estimate(spec).total_gib) if seen else 0.0
+        c.gap = max(0.0, seen - total_gib(spec)) if seen else 0.0
     steps, current, fitted = [], spec, False
     own = candidates(diagnosis, rule, c.multi_gpu)
     rest = []
@@ -527,7 +527,7 @@ def _step(c, action, current):
                 why=why_text(action, c, changes), display="" if changes else display_text(action, c))
     if current is not None and update:
         after = current.model_copy(update=update)
-        step.saves_gib = round(max(0.0, estimate(current).total_gib - estimate(after).total_gib), 2)
+        step.saves_gib = round(max(0.0, total_gib(current) - total_gib(after)), 2)
         if step.saves_gib < 0.05:
             return None, None                     # saves ~0 GiB: not a fix
         step.fits_after = _fits(c, after) if _usable(c) is not None else None   # no card known: no claim

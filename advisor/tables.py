@@ -44,10 +44,11 @@ def read_tables(texts):
     for i, t in enumerate(texts):
         if "|" not in t and "," not in t:
             continue
-        m = _SUMMARY.search(t)
+        # the searches only where their literal is (a log's "[INFO|..." lines all hold a "|")
+        m = _SUMMARY.search(t) if "device ID" in t else None
         if m:
             out["summary_device"] = int(m.group(1))
-        m = _OOMS.search(t)
+        m = _OOMS.search(t) if "OOMs" in t else None
         if m:
             out["cuda_ooms"], out["malloc_retries"] = int(m.group(1)), int(m.group(2))
         m = _ROW.match(t)
@@ -60,7 +61,7 @@ def read_tables(texts):
         m = _SMI_GPU.match(t)
         if m:
             gpu = int(m.group(1))
-        m = _SMI_MEM.search(t)
+        m = _SMI_MEM.search(t) if "MiB" in t else None
         if m and gpu is not None:
             gpus[gpu] = {"index": gpu, "used_gib": _mib(m.group(1) + "MiB"), "total_gib": _mib(m.group(2) + "MiB")}
             gpu = None
