@@ -77,22 +77,30 @@ MARKER_PHRASES = re.compile(r"\*{5} Running (?:training|Evaluation|Prediction) \
                             r"|Loading checkpoint shards|\*{5} (?:train|eval) metrics \*{5}")
 
 BATCH = 256            # lines whose text is searched at once (feed_batch)
-# Every substring the progress, marker, fact and memory checks test a line for first, shortened to a
-# part each such test needs (tests/test_fastpath.py checks that each literal of those tests holds one):
-# a line holding none of them, no signal key (and in the head no framework or launcher word) changes
-# nothing but the line count and the rings, so a batch's one automaton scan spares it the per-line Python checks.
-_GATE = ("%", "{'", "oss", "emory", "*****", "aving", "saved", "oad", "nstantiating", "uantizing", "zero.init",
-         "trainable params", "model checkpoint weights were used", "Gradient checkpointing enabled", "Fine-tuning method",
-         "DeepSpeed", "ZeRO", "optimizer states", "__init__]", "Starting trainer", "Unsloth - 2x faster", "raining",
-         "Batch generation can be very slow", " = ", "Process rank", "......", "--", "-bit",
-         "does not support gradient checkpointing", "vanilla attention", "Pure bf16", "distributed tasks at",
-         "GPU type:", "GPU name", "name_or_path", ".py", "expandable_segments:True")
+# The words each per-line check tests a line for first, each a part of every literal that check's
+# tests start with (tests/test_fastpath.py checks it): a line holding none of a check's words cannot
+# change what that check keeps, so a batch's one automaton scan tells each line which checks to run,
+# and a line no check wants changes nothing but the line count and the rings.
+_PROGRESS_WORDS = ("%", "{'", "oss")
+_MARKER_WORDS = ("*****", "aving", "saved", "oad", "nstantiating", "uantizing", "zero.init", "trainable params",
+                 "model checkpoint weights were used", "Gradient checkpointing enabled", "Fine-tuning method",
+                 "DeepSpeed", "ZeRO", "optimizer states", "__init__]", "Starting trainer", "Unsloth - 2x faster",
+                 "raining", "Batch generation can be very slow")
+_FACT_WORDS = (" = ", "trainable params", "Process rank", "......", "--", "ZeRO", "Gradient checkpointing enabled",
+               "does not support gradient checkpointing", "Fine-tuning method", "uantizing", "-bit", "raining",
+               "vanilla attention", "Pure bf16", "distributed tasks at", "GPU type:", "GPU name", "oad",
+               "name_or_path", "nstantiating", "expandable_segments:True")
+_SCRIPT_WORDS = (".py",)
+_MEMORY_WORDS = ("emory",)
 # a launcher with settings after it; frames (`File ".../bin/torchrun"`) have none
 _COMMAND_HINT = re.compile(r"(?:^|[$#>+] )(?:[A-Z_]+=\S+ )*(?:llamafactory-cli|lmf|torchrun|accelerate launch|swift (?:sft|pt|rlhf|infer|"
                            r"deploy|export|eval)|vllm serve|tune run|deepspeed|python[\d.]*) \S.*(?:--\w|\w=|\.ya?ml\b)")
 # a word each launcher of _COMMAND_HINT starts with (the head's gate: a line without one is no command)
 _COMMAND_WORDS = ("llamafactory-cli", "lmf", "torchrun", "accelerate", "swift", "vllm", "tune", "deepspeed", "python")
 PROGRESS_PATTERNS = (_BAR, _BAR_LIGHT, MARKER_PHRASES)   # bars and phase lines a wrap may cut (reader)
+# which checks a line runs: one bit each (FRAMEWORK and COMMAND only in the log's head)
+PROGRESS, MARKER, FACT, SCRIPT, MEMORY, SIGNAL, FRAMEWORK, COMMAND = (1 << i for i in range(8))
+ALL = (1 << 8) - 1
 _ZERO_FRAME = re.compile(r"deepspeed/runtime/zero/(stage3|stage_1_and_2)\.py")
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16"}
 
@@ -132,24 +140,34 @@ class Parser:
 
     # ---- public ----------------------------------------------------------------------------
     def feed_batch(self, lines):
-        """Feed lines, running the regexes most lines fail once over their joined text instead of
-        line by line: a line without a hit skips them, with the same result (every pattern stays
-        within a line, so a line holds a match exactly when the joined text has one there)."""
+        """Feed lines, finding the words every check starts with in one scan of their joined text
+        instead of line by line: each line then runs only the checks whose words it holds, with the
+        same result (every word and pattern stays within a line, so a line holds a word exactly when
+        the joined text has one there)."""
         text = "\n".join(ln.text for ln in lines)
-        if text.count("\n") != len(lines) - 1 or _automaton(()) is None:   # a line holding a newline
+        words = _words()
+        if words is None or text.count("\n") != len(lines) - 1:     # no automaton; a line holding a newline
             for ln in lines:
                 self.feed(ln)
             return
+        automaton, bits = words
         ends = list(accumulate(len(ln.text) + 1 for ln in lines))
-
-        def hits(words):
-            return {bisect_right(ends, start) for _, start, _ in _automaton(words).find_matches_as_indexes(text)}
-        signal = hits(sig._KEYS)
-        framework = hits(tuple(n for n, _ in _FRAMEWORKS)) if lines[0].no <= FRAMEWORK_HEAD else None
-        wanted = hits(_GATE) | signal | (framework | hits(_COMMAND_WORDS) if framework is not None else set())
+        masks = {}
+        for w, start, _ in automaton.find_matches_as_indexes(text, overlapping=True):
+            i = bisect_right(ends, start)
+            masks[i] = masks.get(i, 0) | bits[w]
+        command = self.t.command
         for i, ln in enumerate(lines):
-            if i in wanted or ln.no <= FRAMEWORK_HEAD and self.t.command is not None and self.t.command.endswith("\\"):
-                self.feed(ln, i in signal, True, framework is None or i in framework)
+            mask = masks.get(i, 0)
+            if ln.no > FRAMEWORK_HEAD:
+                mask &= ~(FRAMEWORK | COMMAND)
+            elif command is not None:                 # the first command counts; the best framework too
+                mask = ALL if command.endswith("\\") else mask & ~COMMAND    # a split command goes on
+            if mask & FRAMEWORK and self.f.framework == "llamafactory":
+                mask &= ~FRAMEWORK
+            if mask:
+                self._feed(ln, mask)
+                command = self.t.command
             else:
                 self._keep(ln)
 
@@ -163,18 +181,26 @@ class Parser:
         if line.rank is not None:
             self.ranks.add(line.rank)
 
-    def feed(self, line, may_signal=True, may_command=True, may_framework=True):
+    def feed(self, line):
+        """One line, every check run."""
+        self._feed(line, ALL)
+
+    def _feed(self, line, mask):
         self._keep(line)
         text = line.text
         if not text:
             return
-        if "%" in text or "{'" in text or "oss" in text:    # bars, logged dicts, loss lines: all _progress reads
+        if mask & PROGRESS:                       # bars, logged dicts, loss lines
             self._progress(line, text)
-        self._markers(line, text)
-        self._facts(line, text, may_command, may_framework)
-        if "emory" in text and ("GiB" in text or "GB" in text or "MB" in text):
+        if mask & MARKER:
+            self._markers(line, text)
+        if mask & (FACT | FRAMEWORK | COMMAND):
+            self._facts(line, text, mask)
+        elif mask & SCRIPT:
+            self._script(line, text)
+        if mask & MEMORY and ("GiB" in text or "GB" in text or "MB" in text):
             self._memory_point(line, text)
-        kind = sig.classify(text) if may_signal else None
+        kind = sig.classify(text) if mask & SIGNAL else None
         if kind:
             self._signal(line, *kind)
 
@@ -359,12 +385,14 @@ class Parser:
             setattr(self.f, name, value)
             self.t.fact_lines[name] = line.no
 
-    def _facts(self, line, text, may_command=True, may_framework=True):
+    def _facts(self, line, text, mask=ALL):
         f = self.f
         if line.no <= FRAMEWORK_HEAD:
-            self._command(line, text, may_command)
-        if line.no <= FRAMEWORK_HEAD and f.framework != "llamafactory" and may_framework:
+            self._command(line, text, mask & COMMAND)
+        if line.no <= FRAMEWORK_HEAD and f.framework != "llamafactory" and mask & FRAMEWORK:
             self._framework(text)
+        if not mask & (FACT | SCRIPT):
+            return
         if " = " in text:
             m = _BANNER.search(text) or _UNSLOTH.search(text)
             if m:
@@ -430,11 +458,7 @@ class Parser:
                               "", m.group(1).rstrip(",."))
                 if path and not path.endswith((".json", ".bin", ".safetensors", ".pt")):
                     self._set("model", path, line)
-        if f.script is None and ".py" in text and ("python" in text or "launch" in text or "torchrun" in text
-                                                   or "deepspeed" in text or "nohup" in text):
-            m = _SCRIPT.search(text)
-            if m:
-                self._set("script", m.group(1), line)
+        self._script(line, text)
         if "Instantiating" in text:
             m = _ARCH.search(text)
             if m:
@@ -443,13 +467,24 @@ class Parser:
             # set by the user, not PyTorch's hint (whose tail a wrapped paste puts on a line of its own)
             self._set("expandable_segments", True, line)
 
+    def _script(self, line, text):
+        if self.f.script is None and ".py" in text and ("python" in text or "launch" in text or "torchrun" in text
+                                                        or "deepspeed" in text or "nohup" in text):
+            m = _SCRIPT.search(text)
+            if m:
+                self._set("script", m.group(1), line)
+
     def _command(self, line, text, may_match=True):
         """The launch command a log echoes (a shell prompt, `+ cmd`): patched when no config is given."""
         t = self.t
         if t.command is not None and t.command.endswith("\\") and line.no == t.command_line + t.command.count("\n") + 1:
             t.command += "\n" + text                 # a command split with backslashes goes on
             return
-        m = _COMMAND_HINT.search(text) if t.command is None and may_match else None
+        # the launcher opens the line, after settings (`CUDA_VISIBLE_DEVICES=0 …`) or a prompt: a frame's
+        # path holding "python" is none, and spares the search
+        m = _COMMAND_HINT.search(text) if t.command is None and may_match and (
+            text.startswith(_COMMAND_WORDS) or "A" <= text[:1] <= "Z" or text[:1] == "_"
+            or "$ " in text or "# " in text or "> " in text or "+ " in text) else None
         if m:                                        # without the shell prompt before it
             t.command, t.command_line = re.sub(r"^[$#>+] ", "", text[m.start():]), line.no
 
@@ -528,18 +563,26 @@ class Parser:
                       line)
 
 
-_AUTOMATA = {}
+_WORDS = []
 
 
-def _automaton(words):
-    """An Aho-Corasick automaton of `words` (leftmost-first, like an alternation); None without the library."""
-    if words not in _AUTOMATA:
+def _words():
+    """(automaton, bits): one Aho-Corasick automaton over every check's words, reporting overlapping
+    matches, and for each word the bits of the checks that want it; None without the library."""
+    if not _WORDS:
+        groups = [(PROGRESS, _PROGRESS_WORDS), (MARKER, _MARKER_WORDS), (FACT, _FACT_WORDS),
+                  (SCRIPT, _SCRIPT_WORDS), (MEMORY, _MEMORY_WORDS), (SIGNAL, sig._KEYS),
+                  (FRAMEWORK, tuple(n for n, _ in _FRAMEWORKS)), (COMMAND, _COMMAND_WORDS)]
+        bits = {}
+        for bit, words in groups:
+            for w in words:
+                bits[w] = bits.get(w, 0) | bit
         try:
             import ahocorasick_rs as ac
-            _AUTOMATA[words] = ac.AhoCorasick(list(words), matchkind=ac.MATCHKIND_LEFTMOST_FIRST) if words else True
+            _WORDS.append((ac.AhoCorasick(list(bits)), list(bits.values())))
         except ImportError:
-            _AUTOMATA[words] = None
-    return _AUTOMATA[words]
+            _WORDS.append(None)
+    return _WORDS[0]
 
 
 def parse(lines, source="<stdin>"):

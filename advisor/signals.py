@@ -72,22 +72,56 @@ _PATTERNS = [
 ]
 _COMPILED = [(k, d, re.compile(p)) for k, d, p in _PATTERNS]
 
-# Cheap substring prefilter: a line holding none of these cannot be a signal.
-_KEYS = ("rror", "memory", "xception", "xit", "ill", "SIG", "ignal", "ALLOC", "NCCL", "ssert", "Segmentation", "core dumped",
+# Cheap substring prefilter: a line holding none of these cannot be a signal (every literal a pattern
+# requires holds one: tests/test_fastpath.py).
+_KEYS = ("rror", "memory", "xception", "xit", "Kill", "kill", "SIG", "ignal", "ALLOC", "NCCL", "ssert", "Segmentation", "core dumped",
          "terminate", "what()", "death", "Bus", "ubprocess", "Root Cause", "Interrupt", "OOM", "oom", "EL0004",
-         "Resources", "STATUS", "low on", "failed", "shm")
+         "Resources", "STATUS", "low on", "failed", "shm", "ailure", "ERROR", "KV cache", "FAIL", "Memory on the node",
+         "bad_alloc", "Unable to allocate", "paging file", "No space left", "= -9", "Search for `", "Watchdog", "FATAL",
+         "CRITICAL", "Traceback (most recent call last)")
 
 
 _KEYS_RX = re.compile("|".join(map(re.escape, _KEYS)))    # one scan: faster than a loop of `in`
+_BY_KEY = []
+
+
+def _candidates():
+    """(automaton over the keys, {key index: the patterns that key can start}): a pattern can only
+    match a line that holds one of its required literals, so only the keys those literals hold lead
+    to it. None without the automaton library."""
+    if not _BY_KEY:
+        from .anchors import required
+        by_key = {k: [] for k in range(len(_KEYS))}
+        for i, (_, _, p) in enumerate(_PATTERNS):
+            lits = required(p) or ()
+            for k, key in enumerate(_KEYS):
+                if not lits or any(key in lit for lit in lits):
+                    by_key[k].append(i)
+        try:
+            import ahocorasick_rs as ac
+            _BY_KEY.append((ac.AhoCorasick(list(_KEYS)), by_key))
+        except ImportError:
+            _BY_KEY.append(None)
+    return _BY_KEY[0]
 
 
 def classify(text):
     """(kind, dialect) when the line reports a failure, else None."""
-    if not _KEYS_RX.search(text):
-        return None
+    found = _candidates()
+    if found is None:
+        if not _KEYS_RX.search(text):
+            return None
+        order = range(len(_COMPILED))
+    else:
+        automaton, by_key = found
+        hits = automaton.find_matches_as_indexes(text, overlapping=True)
+        if not hits:
+            return None
+        order = sorted({i for k, _, _ in hits for i in by_key[k]})       # the table's order decides
     if "Warning" in text and "Error" not in text and "memory" not in text:
         return None
-    for kind, dialect, rx in _COMPILED:
+    for i in order:
+        kind, dialect, rx = _COMPILED[i]
         if rx.search(text):
             return kind, dialect
     return None

@@ -241,17 +241,28 @@ def _ungated_literals(node, gate, guarded=False):
     return out
 
 
-def test_every_substring_check_of_the_parser_holds_a_gate_word():
-    """A line the batch gate skips must fail every substring test the per-line checks start with."""
+def test_every_substring_check_of_the_parser_holds_one_of_its_words():
+    """A check the batch scan does not run on a line must fail there every substring test it starts with."""
     import ast
     import inspect
     import advisor.parser as parser
     tree = ast.parse(inspect.getsource(parser.Parser))
-    checks = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
-              and n.name in ("feed", "_progress", "_markers", "_facts", "_memory_point")]
-    assert len(checks) == 5
-    literals = [lit for fn in checks for lit in _ungated_literals(fn, parser._GATE)]
+    words = {"_progress": parser._PROGRESS_WORDS, "_markers": parser._MARKER_WORDS, "_facts": parser._FACT_WORDS,
+             "_script": parser._SCRIPT_WORDS, "_memory_point": parser._MEMORY_WORDS}
+    checks = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name in words]
+    assert len(checks) == len(words)
+    literals = [(fn.name, lit) for fn in checks for lit in _ungated_literals(fn, words[fn.name])]
     assert not literals, literals
+
+
+def test_every_signal_pattern_holds_a_key():
+    """classify() skips a line holding no key, and the batch scan runs it only where one is: every
+    literal a signal pattern requires must hold one."""
+    from advisor import signals as sig
+    from advisor.anchors import required
+    missing = [(d, lit) for _, d, p in sig._PATTERNS for lit in required(p) or ["<no literal>"]
+               if not any(k in lit for k in sig._KEYS)]
+    assert not missing, missing
 
 
 def test_diagnose_bytes_gives_what_the_file_gives_on_every_log():
