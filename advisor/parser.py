@@ -156,20 +156,50 @@ class Parser:
         for w, start, _ in automaton.find_matches_as_indexes(text, overlapping=True):
             i = bisect_right(ends, start)
             masks[i] = masks.get(i, 0) | bits[w]
-        command = self.t.command
-        for i, ln in enumerate(lines):
-            mask = masks.get(i, 0)
-            if ln.no > FRAMEWORK_HEAD:
-                mask &= ~(FRAMEWORK | COMMAND)
-            elif command is not None:                 # the first command counts; the best framework too
-                mask = ALL if command.endswith("\\") else mask & ~COMMAND    # a split command goes on
-            if mask & FRAMEWORK and self.f.framework == "llamafactory":
-                mask &= ~FRAMEWORK
-            if mask:
-                self._feed(ln, mask)
-                command = self.t.command
+        start = 0
+        if not self._command_goes_on():
+            for i in sorted(masks):                   # the lines no check wants go by in runs, kept in bulk
+                if i > start:
+                    self._keep_all(lines[start:i])
+                self._feed_masked(lines[i], masks[i])
+                start = i + 1
+                if self._command_goes_on():
+                    break
             else:
-                self._keep(ln)
+                if start < len(lines):
+                    self._keep_all(lines[start:])
+                return
+        for i in range(start, len(lines)):            # a command split with backslashes: every line goes on
+            self._feed_masked(lines[i], masks.get(i, 0))
+
+    def _command_goes_on(self):
+        command = self.t.command
+        return command is not None and command.endswith("\\")
+
+    def _feed_masked(self, line, mask):
+        """One line, running the checks its words call for."""
+        if line.no > FRAMEWORK_HEAD:
+            mask &= ~(FRAMEWORK | COMMAND)
+        elif self.t.command is not None:              # the first command counts, or goes on when split
+            mask = ALL if self.t.command.endswith("\\") else mask & ~COMMAND
+        if mask & FRAMEWORK and self.f.framework == "llamafactory":
+            mask &= ~FRAMEWORK
+        if mask:
+            self._feed(line, mask)
+        else:
+            self._keep(line)
+
+    def _keep_all(self, lines):
+        """_keep for a run of lines, in bulk."""
+        self.t.line_count = lines[-1].no
+        self.ring.extend(lines)
+        if self.pinned is not None and self.pin_left > 0:
+            taken = lines[:self.pin_left]
+            self.pinned.extend(taken)
+            self.pin_left -= len(taken)
+        ranks = {ln.rank for ln in lines}
+        ranks.discard(None)
+        self.ranks |= ranks
 
     def _keep(self, line):
         """What every line does: count, the rings, its rank."""
@@ -391,7 +421,9 @@ class Parser:
             self._command(line, text, mask & COMMAND)
         if line.no <= FRAMEWORK_HEAD and f.framework != "llamafactory" and mask & FRAMEWORK:
             self._framework(text)
-        if not mask & (FACT | SCRIPT):
+        if not mask & FACT:                   # a frame's path: its framework and ".py", no fact word
+            if mask & SCRIPT:
+                self._script(line, text)
             return
         if " = " in text:
             m = _BANNER.search(text) or _UNSLOTH.search(text)

@@ -211,6 +211,24 @@ def test_batched_prefilters_change_nothing():
         assert parse(lines, str(path)).model_dump() == one.finish().model_dump(), path.name
 
 
+def test_batched_checks_follow_a_split_command_and_the_lines_after_it():
+    """A launch command split with backslashes goes on over lines no word marks; the batch path must
+    join them as the line-by-line path does, and keep counting and ringing the rest."""
+    from advisor.parser import Parser, parse
+    from advisor.reader import Line
+    texts = ["$ CUDA_VISIBLE_DEVICES=0,1 torchrun --nproc_per_node 2 src/train.py --do_train \\", "    --stage sft \\",
+             "    plain words here \\", "    --per_device_train_batch_size 8", "nothing to see"] + \
+            [f"[rank{i % 2}]: filler {i}" for i in range(40)] + ["torch.OutOfMemoryError: CUDA out of memory."]
+    lines = [Line(i + 1, t, 1 if t.startswith("[rank1]") else None) for i, t in enumerate(texts)]
+    one = Parser("x")
+    for line in lines:
+        one.feed(line)
+    want = one.finish().model_dump()
+    got = parse(lines, "x").model_dump()
+    assert got == want
+    assert "plain words here" in got["command"] and got["facts"]["batch"] == 8
+
+
 def _ungated_literals(node, gate, guarded=False):
     """The `"x" in text` literals of `node` that neither hold a gate word nor sit under a test that does
     (an `if` whose test, or an `and` one of whose terms, needs a gated literal)."""
