@@ -6,6 +6,9 @@ a pattern added there brings its own anchor, and a pattern without a literal of 
 every alternative is refused by the tests (it could never be found without parsing every line).
 """
 
+import functools
+import re
+
 try:
     from re import _constants as _c, _parser as _sre
 except ImportError:          # Python < 3.11
@@ -94,8 +97,8 @@ class Gated:
     repeat makes re try every position."""
 
     def __init__(self, pattern):
-        self.rx = _compile(pattern)
-        lits = None if self.rx.flags & _IGNORECASE else required(pattern)
+        self.rx = re.compile(pattern)
+        lits = None if self.rx.flags & re.IGNORECASE else required(pattern)
         self.literals = tuple(minimal(lits)) if lits else None
 
     def search(self, text):
@@ -104,4 +107,7 @@ class Gated:
         return self.rx.search(text)
 
 
-from re import IGNORECASE as _IGNORECASE, compile as _compile  # noqa: E402
+@functools.lru_cache(maxsize=None)
+def gated(pattern):
+    """The Gated form of `pattern`, made once."""
+    return Gated(pattern)

@@ -9,6 +9,7 @@ training job then takes its kind from the phase (a failure while loading or savi
 import functools
 import re
 
+from .anchors import gated
 from .dialects import get_path
 
 KINDS = ("training", "evaluation", "prediction", "serving", "offline_generation", "rl_rollout", "saving", "loading")
@@ -46,10 +47,6 @@ def _rx(pattern):
     return re.compile(pattern)
 
 
-@functools.lru_cache(maxsize=None)
-def _gated(pattern):
-    from .anchors import Gated          # a window's whole text is searched: literals first
-    return Gated(pattern)
 
 
 def _from_frames(frames):
@@ -64,7 +61,7 @@ def _from_frames(frames):
 
 def _from_text(entries, text):
     for e in entries:
-        if text and _gated(e["pattern"]).search(text):
+        if text and gated(e["pattern"]).search(text):      # a window's whole text: literals first
             return e
     return None
 

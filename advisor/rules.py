@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
+from .anchors import gated
+
 VERDICTS = ("device_oom", "host_oom", "not_oom", "no_failure", "incomplete")
 PHASES = ("load", "first_step", "mid_training", "evaluation", "checkpoint_save", "inference", "unknown", "none")
 COMPONENTS = ("weights", "activations", "gradients", "optimizer_states", "fragmentation", "other_process",
@@ -299,9 +301,9 @@ def _holds(cond, x, hits):
         if not found:
             return False
         hits.extend(found)
-    if cond.error and not any(_rx(p).search(x.error_text) for p in cond.error):
+    if cond.error and not any(gated(p).search(x.error_text) for p in cond.error):
         return False
-    if cond.window and not any(_rx(p).search(x.window_text) for p in cond.window):
+    if cond.window and not any(gated(p).search(x.window_text) for p in cond.window):    # literals first
         return False
     return True
 

@@ -42,9 +42,9 @@ def read_tables(texts):
     """{memory key: value} from the tables in `texts` (the lines around the failure); {} when none."""
     out, gpus, procs, gpu = {}, {}, [], None
     for i, t in enumerate(texts):
-        if "|" not in t and "," not in t:
+        # every pattern below needs a row's border, or one of these words
+        if t[:1] != "|" and "MiB" not in t and "device ID" not in t and "OOMs" not in t:
             continue
-        # the searches only where their literal is (a log's "[INFO|..." lines all hold a "|")
         m = _SUMMARY.search(t) if "device ID" in t else None
         if m:
             out["summary_device"] = int(m.group(1))
