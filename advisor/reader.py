@@ -364,29 +364,34 @@ def _physical_to_logical(stream, start_no):
         return line
 
     def emit(no, raw):
-        nonlocal carry
         for seg in resolve_redraws(raw):
-            seg = clean(seg)                    # a terminal wraps what it shows, not escape codes
-            wrapped = width is not None and len(seg) == width
-            if carry is not None and (carry[3] > MAX_LINE_HEAD + MAX_LINE_TAIL or NEW_RECORD.match(seg)
-                                      or seg[:2] == "  " and _FRAME_END.search(carry[1][-1])):
-                # bounded like a physical line (never a quadratic join); a frame header that happens to
-                # be as long as the wrap width ends there when an indented source line follows
+            yield from place(no, clean(seg))    # a terminal wraps what it shows, not escape codes
+
+    def place(no, seg):
+        """One segment, colour stripped: joined to the wrapped line it continues, or a line of its own."""
+        nonlocal carry
+        wrapped = width is not None and len(seg) == width
+        if carry is not None and (carry[3] > MAX_LINE_HEAD + MAX_LINE_TAIL or NEW_RECORD.match(seg)
+                                  or seg[:2] == "  " and _FRAME_END.search(carry[1][-1])):
+            # bounded like a physical line (never a quadratic join); a frame header that happens to
+            # be as long as the wrap width ends there when an indented source line follows
+            yield flush()
+        if carry is not None:
+            carry[1].append(seg)            # a continuation has no prefixes of its own
+            carry[3] += len(seg)
+            if not wrapped:
                 yield flush()
-            if carry is not None:
-                carry[1].append(seg)            # a continuation has no prefixes of its own
-                carry[3] += len(seg)
-                if not wrapped:
-                    yield flush()
-                continue
-            text, rank = strip_wrappers(seg)
-            if wrapped:
-                carry = [no, [text], rank, len(text)]
-                continue
-            yield Line(no, text, rank)
+            return
+        text, rank = strip_wrappers(seg)
+        if wrapped:
+            carry = [no, [text], rank, len(text)]
+            return
+        yield Line(no, text, rank)
 
     def plain(no, seg):
         """The common line, colour already stripped: no redraw, no wrap in force, nothing carried over."""
+        if seg[:1] == "[" and "]:" not in seg and not seg[1:2].isdigit():
+            return Line(no, seg, None)          # "[INFO|…": no prefix strip_wrappers would take
         if seg[:1] in "[(" and seg or ": " in seg[:140]:
             text, rank = strip_wrappers(seg)
             return Line(no, text, rank)
@@ -401,10 +406,12 @@ def _physical_to_logical(stream, start_no):
         if not (width and plausible_wrap(texts, width)):
             width = confirmed_wrap_width(texts)
         for no, raw, seg in zip(range(start_no, start_no + len(held)), held, texts):
-            if width is None and carry is None and "\r" not in raw:
+            if "\r" in raw:
+                yield from emit(no, raw)
+            elif width is None and carry is None:
                 yield plain(no, seg)
             else:
-                yield from emit(no, raw)
+                yield from place(no, seg)       # no redraw: its colour is already stripped
 
     no = start_no - 1
     for batch, coloured in physical_batches(stream):
