@@ -245,11 +245,9 @@ class Parser:
         seen = {id(ln) for ln in window}
         window += [ln for ln in self.ring if id(ln) not in seen]
         t.window = sorted(window, key=lambda ln: ln.no)
-        for ln in t.window:
-            if self.f.framework == "llamafactory":
-                break
-            if "File" in ln.text or "│" in ln.text or "[" in ln.text[:1]:
-                self._framework(ln.text)
+        if self.f.framework != "llamafactory":     # the frames and logger names around the failure
+            self._frameworks_of([ln.text for ln in t.window
+                                 if "File" in ln.text or "│" in ln.text or "[" in ln.text[:1]])
         if self.f.deepspeed is None:          # the ZeRO stage the frames ran under, when no line said
             self.f.deepspeed = _zero_of_frames(t.window)
         if self.f.num_gpus is None and len(self.ranks) > 1:
@@ -527,6 +525,18 @@ class Parser:
             name = _FRAMEWORK_OF[m.group(0)]
             if self.f.framework is None or _FRAMEWORK_RANK[name] < _FRAMEWORK_RANK[self.f.framework]:
                 self.f.framework = name
+
+    def _frameworks_of(self, texts):
+        """_framework for each of `texts`, in one search of their joined text: a line's first name counts."""
+        ends = list(accumulate(len(x) + 1 for x in texts))
+        seen = -1
+        for m in _FRAMEWORK_RX.finditer("\n".join(texts)):
+            i = bisect_right(ends, m.start())
+            if i != seen:
+                seen = i
+                self._framework(m.group(0))
+                if self.f.framework == "llamafactory":
+                    return
 
     def _banner(self, line, text):
         for m in list(_BANNER.finditer(text)) + list(_UNSLOTH.finditer(text)):
