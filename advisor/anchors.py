@@ -107,6 +107,11 @@ class Gated:
         return self.rx.search(text)
 
 
+# re's own cache holds 512 patterns; the frame table alone compiles ~1000, so tables that search
+# per call keep theirs here
+compiled = functools.lru_cache(maxsize=None)(re.compile)
+
+
 @functools.lru_cache(maxsize=None)
 def gated(pattern):
     """The Gated form of `pattern`, made once."""

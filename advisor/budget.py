@@ -301,12 +301,8 @@ def estimate(s: Spec, typical=True) -> Budget:
     usable = s.capacity_gib - RESERVE_GIB if s.capacity_gib else None
     fits = total / GiB <= (1 - MARGIN) * usable if usable else None
     head = round(100 * (1 - total / GiB / usable), 1) if usable else None
-    if not typical:
-        typical = None
-    elif not s.packing and s.seq >= 512:
-        typical = total_gib(s.model_copy(update={"seq": s.seq // 2, "packing": True}))
-    else:
-        typical = None
+    typical = total_gib(s.model_copy(update={"seq": s.seq // 2, "packing": True})) \
+        if typical and not s.packing and s.seq >= 512 else None
     notes = describe(s, kind, n) + _phase_notes(s, peak, phases, terms, typical, foreach_extra(s, trainable, n))
     return Budget(model=m.name, params_b=round(m.params_b, 2), trainable_params=int(trainable),
                   weights_gib=_g(at["weights"]), gradients_gib=_g(at["grads"]), optimizer_states_gib=_g(at["optim"]),

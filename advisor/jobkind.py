@@ -6,10 +6,9 @@ Strongest first: the failing frames, the launch command, the log's own lines, th
 training job then takes its kind from the phase (a failure while loading or saving).
 """
 
-import functools
 import re
 
-from .anchors import gated
+from .anchors import compiled, gated
 from .dialects import get_path
 
 KINDS = ("training", "evaluation", "prediction", "serving", "offline_generation", "rl_rollout", "saving", "loading")
@@ -41,20 +40,12 @@ def _table():
     return snapshot()["jobkinds"]
 
 
-@functools.lru_cache(maxsize=None)
-def _rx(pattern):
-    # compiled once here: the frame table's ~1000 patterns evict these from re's own 512-entry cache
-    return re.compile(pattern)
-
-
-
-
 def _from_frames(frames):
     """The first entry (the table's order is its precedence: an RL rollout runs vLLM's frames too)
     that any frame of the failing traceback matches."""
     paths = [(f.path.replace("\\", "/"), f.func) for f in frames or ()]
     for e in _table()["frames"]:
-        if any(_rx(e["path"]).search(path) and _rx(e["func"]).fullmatch(func) for path, func in paths):
+        if any(compiled(e["path"]).search(path) and compiled(e["func"]).fullmatch(func) for path, func in paths):
             return e["kind"]
     return None
 

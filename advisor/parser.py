@@ -181,7 +181,7 @@ class Parser:
         if line.no > FRAMEWORK_HEAD:
             mask &= ~(FRAMEWORK | COMMAND)
         elif self.t.command is not None:              # the first command counts, or goes on when split
-            mask = ALL if self.t.command.endswith("\\") else mask & ~COMMAND
+            mask = ALL if self._command_goes_on() else mask & ~COMMAND
         if mask & FRAMEWORK and self.f.framework == "llamafactory":
             mask &= ~FRAMEWORK
         if mask:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
-from .anchors import gated
+from .anchors import compiled, gated
 
 VERDICTS = ("device_oom", "host_oom", "not_oom", "no_failure", "incomplete")
 PHASES = ("load", "first_step", "mid_training", "evaluation", "checkpoint_save", "inference", "unknown", "none")
@@ -268,14 +268,9 @@ class Facts:
         self.named = named          # the component the frames or a quoted call name, or None
 
 
-@functools.lru_cache(maxsize=512)
-def _rx(pattern):
-    return re.compile(pattern)
-
-
 def _frame_match(pattern, frames):
     path, _, func = pattern.rpartition(":")
-    prx, frx = _rx(path), _rx(func or ".*")
+    prx, frx = compiled(path), compiled(func or ".*")
     for f in frames:
         if frx.fullmatch(f.func) and (not path or prx.search(f.path)):
             return f
