@@ -13,7 +13,7 @@ import os
 import re
 import stat
 
-FINGERPRINT_VERSION = "v1"
+FINGERPRINT_VERSION = "v2"      # v2: a component decided by sizes alone is read as unknown (triage.id_key)
 _FACT_KEYS = ("framework", "model", "step")
 _MEM_KEYS = ("total_gib", "tried_gib", "reserved_unallocated_gib", "allocated_by_pytorch_gib")
 _PLAN_KEYS = ("action", "display", "alternative")
@@ -56,7 +56,7 @@ def _without_path(msg, path):
 
 
 def fingerprint(key, sig):
-    """Versioned id of one failure: the exact group key and the normalised signature. Equal to the id
+    """Versioned id of one failure: its id key (triage.id_key) and the normalised signature. Equal to the id
     a group of only this signature gets; the version changes when normalise() or the key changes."""
     from .triage import _sid
     return f"{FINGERPRINT_VERSION}:" + _sid(tuple(key), sig)
@@ -126,9 +126,10 @@ def _with_config(diagnose, config):
 
 
 def _slim(id, d, data_or_path, is_path):
-    from .triage import key_of, signature
+    from .triage import id_key, signature, weak_component
     row = {"id": id}
     row.update({k: d[k] for k in _SLIM_KEYS})
+    row["component_weak"] = weak_component(d)
     row["source"] = id              # as given, not as the reader named it
     row["memory"] = {k: d["memory"].get(k) for k in _MEM_KEYS}
     row["facts"] = {k: d["facts"].get(k) for k in _FACT_KEYS}
@@ -137,7 +138,7 @@ def _slim(id, d, data_or_path, is_path):
         row["killed"] = True
     # a killed run never shares the healthy group
     row["signature"] = _KILLED if row.get("killed") else signature(d)
-    row["fingerprint"] = fingerprint(key_of(row), row["signature"])
+    row["fingerprint"] = fingerprint(id_key(row), row["signature"])
     if d.get("run_folder"):
         row["run_folder"] = {k: d["run_folder"][k] for k in ("log", "config", "records")}
     if is_path:
@@ -187,7 +188,7 @@ def add(state, row):
         state["errors"].append({"path": row["id"], "error": row["error"]})
         return state
     from .triage import key_of
-    key = key_of(row)
+    key = key_of(row) + (bool(row.get("component_weak")),)
     slot = state["keys"].setdefault(key, {}).setdefault(row["signature"], {"members": [], "full": {}})
     slot["members"].append((row["source"], row.get("mtime"), _tried(row)))
     _keep(slot, row)
@@ -227,14 +228,14 @@ def _rows_of(state):
     """The rows triage.group needs: the kept full rows, and for every other member a stand-in with
     only what grouping reads of it (its key, signature, path, mtime and request)."""
     for key, sigs in state["keys"].items():
-        verdict, rule, phase, component, accelerator = key
+        verdict, rule, phase, component, accelerator, weak = key
         for sig, slot in sigs.items():
             full = {r["source"]: r for r in slot["full"].values()}
             for source, mtime, tried in slot["members"]:
                 yield full.get(source) or {
                     "verdict": verdict, "rule": rule, "phase": phase, "component": component,
-                    "accelerator": accelerator, "signature": sig, "source": source, "mtime": mtime,
-                    "memory": {"tried_gib": tried}}
+                    "component_weak": weak, "accelerator": accelerator, "signature": sig, "source": source,
+                    "mtime": mtime, "memory": {"tried_gib": tried}}
 
 
 def group_rows(rows, lang="en"):

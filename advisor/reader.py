@@ -195,6 +195,15 @@ def resolve_redraws(text):
 _REMNANT = re.compile(r"\[[0-9;]{1,8}m")     # an escape code whose ESC byte a paste lost
 
 
+_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+
+
+def _shown(text):
+    """What a terminal shows of a line: escape codes take no column, but a code whose ESC byte a
+    paste lost is printed text (a log wrapped after such a paste wraps with it counted)."""
+    return _ESCAPE.sub("", text) if "\x1b" in text else text
+
+
 def strip_ansi(text):
     return _ANSI.sub("", text) if "\x1b" in text or "[" in text and _REMNANT.search(text) else text
 
@@ -365,12 +374,14 @@ def _physical_to_logical(stream, start_no):
 
     def emit(no, raw):
         for seg in resolve_redraws(raw):
-            yield from place(no, clean(seg))    # a terminal wraps what it shows, not escape codes
+            text = clean(seg)
+            yield from place(no, text, len(text) if text is seg else len(_shown(seg)))
 
-    def place(no, seg):
-        """One segment, colour stripped: joined to the wrapped line it continues, or a line of its own."""
+    def place(no, seg, shown):
+        """One segment, colour stripped, `shown` columns wide on the terminal: joined to the wrapped
+        line it continues, or a line of its own."""
         nonlocal carry
-        wrapped = width is not None and len(seg) == width
+        wrapped = width is not None and shown == width
         if carry is not None and (carry[3] > MAX_LINE_HEAD + MAX_LINE_TAIL or NEW_RECORD.match(seg)
                                   or seg[:2] == "  " and _FRAME_END.search(carry[1][-1])):
             # bounded like a physical line (never a quadratic join); a frame header that happens to
@@ -402,16 +413,17 @@ def _physical_to_logical(stream, start_no):
         without colour codes), then emit them."""
         nonlocal width
         texts = [clean(raw.rstrip("\r")) for raw in held]
-        width = detect_wrap_width([len(t) for t in texts])
-        if not (width and plausible_wrap(texts, width)):
-            width = confirmed_wrap_width(texts)
-        for no, raw, seg in zip(range(start_no, start_no + len(held)), held, texts):
+        shown = texts if clean is _same else [_shown(raw.rstrip("\r")) for raw in held]
+        width = detect_wrap_width([len(t) for t in shown])
+        if not (width and plausible_wrap(shown, width)):
+            width = confirmed_wrap_width(shown)
+        for no, raw, seg, seen in zip(range(start_no, start_no + len(held)), held, texts, shown):
             if "\r" in raw:
                 yield from emit(no, raw)
             elif width is None and carry is None:
                 yield plain(no, seg)
             else:
-                yield from place(no, seg)       # no redraw: its colour is already stripped
+                yield from place(no, seg, len(seen))     # no redraw: its colour is already stripped
 
     no = start_no - 1
     for batch, coloured in physical_batches(stream):

@@ -106,6 +106,59 @@ def key_of(d):
     return (d.get("verdict"), d.get("rule"), d.get("phase"), d.get("component"), d.get("accelerator"))
 
 
+_SIZE_BASES = ("tensor shape", "budget:")
+
+
+def weak_component(d):
+    """True when nothing but sizes decided the component, or nothing did: the request matched one of
+    the run's tensor shapes, one budget term outgrew the card, or `unknown`. Another report of the same
+    failure with other sizes (another batch, another card) reads otherwise, so such a component must
+    not split a group (see _by_component)."""
+    if "component_weak" in d:
+        return bool(d["component_weak"])
+    basis = (d.get("basis") or {}).get("component") or ""
+    return d.get("component") == "unknown" or basis.startswith(_SIZE_BASES)
+
+
+def id_key(d):
+    """The key a member's own id is made of: its exact key, with a component decided by sizes alone
+    read as `unknown` (the id of a failure must not change with the batch a reporter ran)."""
+    key = key_of(d)
+    return key[:3] + ("unknown",) + key[4:] if weak_component(d) else key
+
+
+def _with_component(loose, component):
+    return loose[:3] + (component,) + loose[3:]
+
+
+def _by_component(members):
+    """One cluster of similar signatures (one verdict, rule, phase, accelerator) -> {component: members}.
+
+    Members whose component the log itself names (a frame, a quoted call, the rule, the phase table)
+    split by it, as before. A member whose component only sizes decided, or none (weak_component),
+    joins the one named component of its cluster; with several named it joins its own if named, and
+    otherwise, or with none named, the weak members stay together under their most common component
+    (ties: a named one, then by name)."""
+    strong = {}
+    for m in members:
+        if not weak_component(m[2]):
+            strong.setdefault(m[2].get("component"), []).append(m)
+    weak = [m for m in members if weak_component(m[2])]
+    out = {c: list(ms) for c, ms in strong.items()}
+    rest = []
+    for m in weak:
+        own = m[2].get("component")
+        target = next(iter(strong)) if len(strong) == 1 else own if own in strong else None
+        (out[target] if target is not None else rest).append(m)
+    if rest:
+        counts = {}
+        for m in rest:
+            counts[m[2].get("component")] = counts.get(m[2].get("component"), 0) + 1
+        component = min(counts, key=lambda c: (-counts[c], c == "unknown", str(c)))
+        out.setdefault(component, []).extend(rest)
+    return out
+
+
 @dataclass
 class Group:
     id: str
@@ -203,10 +256,11 @@ def group(diagnoses, lang="en"):
     by_key = {}
     for i, d in enumerate(diagnoses):
         sig = d.get("signature") or signature(d)    # a worker may have computed it already
-        by_key.setdefault(key_of(d), []).append((i, sig, d))
+        key = key_of(d)
+        by_key.setdefault(key[:3] + key[4:], []).append((i, sig, d))    # the component is decided below
     total = len(diagnoses) or 1
     groups = []
-    for key, items in by_key.items():
+    for loose, items in by_key.items():
         counts = {}
         for _, sig, _ in items:
             counts[sig] = counts.get(sig, 0) + 1
@@ -215,8 +269,8 @@ def group(diagnoses, lang="en"):
         for item in items:
             clusters.setdefault(assign[item[1]][0], []).append(item)
         for root, members in clusters.items():
-            sigs = {m[1] for m in members}
-            groups.append(_make_group(key, members, counts, {s: assign[s][1] for s in sigs}, total, lang))
+            for component, part in _by_component(members).items():
+                groups.append(_make_group(_with_component(loose, component), part, assign, total, lang))
     groups.sort(key=lambda g: (-g.count, g.id))
     return groups
 
@@ -224,27 +278,37 @@ def group(diagnoses, lang="en"):
 MAX_ALIASES = 50
 
 
-def _ids(key, sigs):
-    """(id, aliases): every distinct signature has its own id; the group takes the smallest. A file
-    added later either joins a signature (nothing changes), brings a new one that joins the group (the
-    id stays unless the new id is smaller: then the old one is listed in aliases), or starts a group."""
-    ids = sorted(_sid(key, s) for s in sigs)
-    return ids[0], ids[1:1 + MAX_ALIASES]
+def _ids(key, members):
+    """(id, aliases): every distinct signature has its own id; the group takes the smallest of its
+    named-component members' (of all, when none names one). A file added later either joins a
+    signature (nothing changes), brings a new one that joins the group (the id stays unless the new id
+    is smaller: then the old one is listed in aliases), or starts a group. The ids weak members would
+    have alone (id_key) are aliases too, so a group they held before a named member came keeps its name."""
+    named = {m[1] for m in members if not weak_component(m[2])}
+    ids = sorted({_sid(key, s) for s in named} or {_sid(id_key(m[2]), m[1]) for m in members})
+    own = sorted({_sid(id_key(m[2]), m[1]) for m in members if weak_component(m[2])} - set(ids))
+    return ids[0], (ids[1:] + own)[:MAX_ALIASES]
 
 
-def _make_group(key, members, counts, scores, total, lang):
+def _make_group(key, members, assign, total, lang):
     from .triage_reply import needs_of, reason_text, reply
     verdict, rule, phase, component, accelerator = key
-    gid, aliases = _ids(key, scores)
+    gid, aliases = _ids(key, members)
+    counts = {}
+    for m in members:
+        counts[m[1]] = counts.get(m[1], 0) + 1
+    scores = {s: assign[s][1] for s in counts}
     # Ties break on the path, never on the input order, so a re-run in another order reads the same.
     order = sorted(members, key=lambda m: (m[2].get("mtime") or 0, m[2]["source"]))   # first/last seen
     leader = min(scores, key=lambda s: (-counts[s], s))          # the most common signature
     typical = [m for m in members if m[1] == leader]
     tried = sorted((m[2].get("memory") or {}).get("tried_gib") or 0 for m in typical)
     mid = tried[len(tried) // 2]
-    # The representative carries the leader signature and the request nearest its members' middle one:
-    # the reply quotes its numbers, which are then the numbers of a real member.
-    rep = min(typical, key=lambda m: (abs(((m[2].get("memory") or {}).get("tried_gib") or 0) - mid), m[2]["source"]))
+    # The representative carries the leader signature, the group's component when one of those has it,
+    # and the request nearest their middle one: the reply quotes its numbers, which are then the numbers
+    # of a real member.
+    rep = min(typical, key=lambda m: (m[2].get("component") != component,
+                                      abs(((m[2].get("memory") or {}).get("tried_gib") or 0) - mid), m[2]["source"]))
     exact = len(typical)
     lowest = min(scores.values())
     g = Group(id=gid, count=len(members), share=round(len(members) / total, 4),

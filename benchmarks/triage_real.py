@@ -50,13 +50,15 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--show", action="store_true", help="list every copy that left its original's group")
+    ap.add_argument("--keep", metavar="DIR", help="write the copies into DIR and keep them")
     args = ap.parse_args()
     originals = sorted(REAL.glob("*/log.txt"))
     alone = run_triage([str(p) for p in originals], jobs=args.jobs)
     truth_of = {m: g["id"] for g in alone["groups"] for m in g["members"]}
     key_of = {m: (g["verdict"], g["rule"], g["phase"], g["component"]) for g in alone["groups"] for m in g["members"]}
     rng = random.Random(args.seed)
-    folder = Path(tempfile.mkdtemp(prefix="oom-triage-real-"))
+    folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="oom-triage-real-"))
+    folder.mkdir(parents=True, exist_ok=True)
     origin = {}
     for p in originals:
         text = tb._decode(p.read_bytes())
@@ -95,7 +97,8 @@ def main():
             g, o = group_of.get(c), group_of.get(origin[c])
             print(f"  rediagnosed: {Path(c).name}: {g and (g['rule'], g['phase'], g['component'])} "
                   f"vs {o and (o['rule'], o['phase'], o['component'])}")
-    shutil.rmtree(folder, ignore_errors=True)
+    if not args.keep:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -63,6 +63,16 @@ def test_hard_wrapped_lines_are_rejoined_with_original_numbers():
     assert texts[-1] == "after"
 
 
+def test_a_colour_code_a_paste_lost_its_esc_to_takes_columns_in_the_wrap():
+    # "[33m" without its ESC byte is text on the terminal: the piece it opens is full width with it
+    text = "[33m(raylet) A worker died or was killed while executing a task by an unexpected system error. " \
+           "To troubleshoot the problem, check the logs for the dead worker. " + "Worker ID: 7e75be2247357885 " * 29 + "end."
+    pieces = [text[i:i + 100] for i in range(0, len(text), 100)]
+    lines = lines_of(("\n".join(pieces) + "\nnext record\n").encode())
+    assert [ln.no for ln in lines] == [1, len(pieces) + 1]
+    assert lines[0].text.startswith("(raylet) A worker died") and "troubleshoot the problem" in lines[0].text
+
+
 def test_wrap_width_needs_evidence():
     assert detect_wrap_width([40, 120, 80, 95]) is None
     assert detect_wrap_width([100, 100, 100, 37, 100]) == 100

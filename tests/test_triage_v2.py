@@ -10,7 +10,7 @@ import pytest
 
 from conftest import SAMPLES
 
-from advisor.triage import _phrase, group
+from advisor.triage import _phrase, group, id_key
 from advisor.triage_cli import render_report, run_triage
 
 
@@ -47,6 +47,55 @@ def test_the_id_is_the_signatures_own_not_the_most_common_members():
     one = group([_d("1", frames=f1), _d("2", frames=f2)])
     other = group([_d("1", frames=f1), _d("2", frames=f2), _d("3", frames=f2), _d("4", frames=f2)])
     assert one[0].id == other[0].id
+
+
+# ---- a component decided by sizes alone --------------------------------------------------------------
+
+def _sized(src, component="unknown", basis="nothing in the log names it", **kw):
+    """A copy whose component only its sizes decided (a tensor shape, a budget term) or nothing did."""
+    return _d(src, component=component, basis={"component": basis}, **kw)
+
+
+_SHAPE = "tensor shape: the request is the logits 4×1024×256000 in fp32"
+
+
+def test_a_component_only_sizes_decided_does_not_split_a_group():
+    named = _d("a.log", basis={"component": "quoted call run_backward("})
+    others = [_sized("b.log"), _sized("c.log", "optimizer_states", "tensor shape: the request is an fp32 state")]
+    (g,) = group([named] + others)
+    assert g.component == "activations" and g.count == 3 and g.representative == "a.log"
+
+
+def test_copies_decided_by_sizes_alone_stay_together_under_their_most_common_component():
+    (g,) = group([_sized("a", "activations", _SHAPE), _sized("b"), _sized("c", "activations", _SHAPE)])
+    assert g.component == "activations" and g.representative in ("a", "c")
+
+
+def test_components_the_log_names_still_split_and_an_unnamed_one_stays_apart_from_two():
+    frame = {"component": "frame modeling_llama.py forward"}
+    groups = group([_d("a", component="weights", basis=frame), _d("b", basis=frame), _sized("c")])
+    assert sorted((g.component, g.members[0]) for g in groups) == [("activations", "b"), ("unknown", "c"),
+                                                                     ("weights", "a")]
+
+
+def test_a_named_member_joining_copies_decided_by_sizes_keeps_their_id():
+    before = group([_sized("b"), _sized("c", "activations", _SHAPE)])
+    after = group([_sized("b"), _sized("c", "activations", _SHAPE), _d("a", basis={"component": "quoted call x("})])
+    assert len(before) == len(after) == 1 and before[0].id in [after[0].id] + after[0].aliases
+    assert id_key(_sized("x", "activations", _SHAPE)) == id_key(_sized("y"))      # one fingerprint either way
+
+
+def test_partitions_of_copies_decided_by_sizes_merge_to_the_one_pass_grouping():
+    from advisor import batch
+    from advisor.triage import signature, weak_component
+    rows = [_sized(f"{i}.log", ("unknown", "activations", "optimizer_states")[i % 3], _SHAPE) for i in range(9)]
+    rows += [_d("named.log", basis={"component": "quoted call x("})]
+    for r in rows:
+        r.update(signature=signature(r), component_weak=weak_component(r), mtime=None)
+    whole = batch.finish(batch.partial(rows))
+    parts = batch.merge_groupings([batch.partial(rows[i::3]) for i in range(3)])
+    assert json.dumps(batch.finish(parts), sort_keys=True) == json.dumps(whole, sort_keys=True)
+    assert [(g["component"], g["count"]) for g in whole["groups"]] == [("activations", 10)]
 
 
 # ---- replies ---------------------------------------------------------------------------------------------
