@@ -5,16 +5,18 @@ A pure library over JSON-able diagnosis dicts (`Diagnosis.to_json_dict()`, or a 
 `plan`; optional `mtime` orders first/last, optional `signature` saves recomputing it): no I/O, no
 global state, deterministic whatever the input order. Reading files and diagnosing them in parallel
 is the CLI's job (`triage_cli.py`); this part maps onto a distributed engine as it is: diagnose and
-`signature()` per file anywhere, shuffle by `key_of()`, run `group()` on each key's dicts.
+`signature()` per file anywhere, shuffle by `key_of()` less its component, run `group()` on each
+key's dicts.
 
 Grouping follows the error trackers (STYLE.md, last section): exactly on the rule's verdict, id,
-phase and component (and the accelerator, see key_of) first, then fuzzily inside each key on a
-normalised signature — the error phrase and the top frames, with every number a run makes up
-(sizes, PIDs, ranks, timestamps, paths, device ordinals, line numbers) removed. rapidfuzz's
-token_sort_ratio compares them; token_set_ratio is deliberately not used: it scores 100 whenever
-one signature's words are a subset of another's, so a bare "CUDA out of memory" would swallow every
-richer signature. A group's id is a SHA-1 of its key and leading signature: the same failure gets
-the same id in tomorrow's run.
+phase and accelerator (see key_of) first, then fuzzily inside each key on a normalised signature —
+the error phrase and the top frames, with every number a run makes up (sizes, PIDs, ranks,
+timestamps, paths, device ordinals, line numbers) removed — and last by the component where the log
+names one (_by_component: a component decided by sizes alone never splits a group). rapidfuzz's
+token_sort_ratio compares signatures; token_set_ratio is deliberately not used: it scores 100
+whenever one signature's words are a subset of another's, so a bare "CUDA out of memory" would
+swallow every richer signature. A group's id is a SHA-1 of its key and a signature (_ids): the same
+failure gets the same id in tomorrow's run.
 """
 
 import hashlib
