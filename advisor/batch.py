@@ -4,9 +4,10 @@ map:    diagnose_item / diagnose_batch: one log (a path, or the bytes of one) ->
 reduce: partial(rows) per partition, merge_groupings(parts), finish(...) -> the triage/v1 report.
 
 Any engine (local processes, Ray Data) runs the same functions, so a partitioned run gives exactly the
-one-pass result. A partial grouping keeps, per member, only its path, mtime and request size; the full
+one-pass result. A partial grouping keeps, per member, only its path, mtime and numbers; the full
 row is kept only for the member that can become its signature's representative (see _keep), so the
-reducer's memory grows with the paths, not with the diagnoses.
+reducer's memory grows with the paths (and four numbers and a step each, for the member's own reply),
+not with the diagnoses.
 """
 
 import os
@@ -190,7 +191,9 @@ def add(state, row):
     from .triage import key_of
     key = key_of(row) + (bool(row.get("component_weak")),)
     slot = state["keys"].setdefault(key, {}).setdefault(row["signature"], {"members": [], "full": {}})
-    slot["members"].append((row["source"], row.get("mtime"), _tried(row)))
+    # what a member's own reply quotes (triage.member_replies): its numbers and its step
+    slot["members"].append((row["source"], row.get("mtime"), tuple((row.get("memory") or {}).get(k) for k in _MEM_KEYS),
+                            (row.get("facts") or {}).get("step")))
     _keep(slot, row)
     for dim, value in _counts(row).items():
         counter = state["summary"][dim]
@@ -231,11 +234,11 @@ def _rows_of(state):
         verdict, rule, phase, component, accelerator, weak = key
         for sig, slot in sigs.items():
             full = {r["source"]: r for r in slot["full"].values()}
-            for source, mtime, tried in slot["members"]:
+            for source, mtime, numbers, step in slot["members"]:
                 yield full.get(source) or {
                     "verdict": verdict, "rule": rule, "phase": phase, "component": component,
                     "component_weak": weak, "accelerator": accelerator, "signature": sig, "source": source,
-                    "mtime": mtime, "memory": {"tried_gib": tried}}
+                    "mtime": mtime, "memory": dict(zip(_MEM_KEYS, numbers)), "facts": {"step": step}}
 
 
 def group_rows(rows, lang="en"):

@@ -176,13 +176,16 @@ def fill(template, values, lang="en"):
         return template
 
 
+# the allocator's numbers a rule's words may name: {tried} is memory["tried_gib"]…
+TEXT_NUMBERS = (("tried", "tried_gib"), ("total", "total_gib"), ("free", "free_gib"),
+                ("reserved_unallocated", "reserved_unallocated_gib"), ("allocated", "allocated_by_pytorch_gib"),
+                ("other", "other_processes_gib"))
+
+
 def text_values(memory, step=None, total_steps=None, phase="unknown", lang="en"):
     """What a rule's summary and explanation may name: {tried}, {total}, {step}…"""
     unknown = UNKNOWN.get(lang, UNKNOWN["en"])
-    gib = {name: fmt_gib(memory.get(key), missing=unknown) for name, key in (
-        ("tried", "tried_gib"), ("total", "total_gib"), ("free", "free_gib"),
-        ("reserved_unallocated", "reserved_unallocated_gib"), ("allocated", "allocated_by_pytorch_gib"),
-        ("other", "other_processes_gib"))}
+    gib = {name: fmt_gib(memory.get(key), missing=unknown) for name, key in TEXT_NUMBERS}
     return {**gib, "step": unknown if step is None else step, "total_steps": total_steps or unknown, "phase": phase}
 
 

@@ -185,6 +185,7 @@ class Group:
     needs_info: bool = False                     # the paste cannot be diagnosed: the reply asks for more
     needs: list = field(default_factory=list)    # what to ask for: traceback, command, config, nvidia_smi
     evidence: str = ""                           # the representative's deciding line
+    replies: list = field(default_factory=list)  # one per member, in members' order: its own numbers (member_replies)
 
     def to_dict(self):
         return asdict(self)
@@ -293,7 +294,7 @@ def _ids(key, members):
 
 
 def _make_group(key, members, assign, total, lang):
-    from .triage_reply import needs_of, reason_text, reply
+    from .triage_reply import member_replies, needs_of, reason_text, reply
     verdict, rule, phase, component, accelerator = key
     gid, aliases = _ids(key, members)
     counts = {}
@@ -325,6 +326,7 @@ def _make_group(key, members, assign, total, lang):
     g.needs = needs_of(rep[2])
     g.needs_info = bool(g.needs)
     g.title, g.reply = reply(g, rep[2], lang)
+    g.replies = member_replies(g, rep[2], [m[2] for m in members], lang)
     return g
 
 

@@ -160,9 +160,11 @@ def render_csv(r):
                     "", "", "", "gone", g.get("count")])
     pad = ["", ""] if "change" in r else []
     for g in r["groups"]:       # one row per member, after the groups: a sheet can filter on kind
-        for m in g["members"]:
+        replies = g.get("replies") or [{}] * len(g["members"])      # in the members' order
+        for m, x in zip(g["members"], replies):
             w.writerow(["member", g["id"], 1, "", g["verdict"], g["rule"], g["phase"], g["component"],
-                        "", "", m, "", "", "", "", g.get("needs_info", False), ""] + pad)
+                        x.get("total_gib", ""), x.get("tried_gib", ""), m, "", "", "", x.get("reply", ""),
+                        g.get("needs_info", False), ""] + pad)
     for e in r["errors"]:
         w.writerow(["error", "", 1, "", "", "", "", "", "", "", e["path"], e["path"], e["path"], e["error"], "", "", ""] + pad)
     return buf.getvalue()
@@ -193,6 +195,7 @@ def _named(report, name):
         for k in ("representative", "first", "last"):
             g[k] = name(g[k])
         g["members"] = [name(m) for m in g["members"]]
+        g["replies"] = [{**x, "source": name(x["source"])} for x in g.get("replies") or []]
     r["errors"] = [{**e, "path": name(e["path"])} for e in r["errors"]]
     return r
 

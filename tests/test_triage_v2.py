@@ -123,6 +123,26 @@ def test_replies_quote_a_real_member_and_never_a_placeholder():
                 assert x in rep_sizes or x in json.dumps(g), (x, g["reply"])
 
 
+def test_each_member_gets_a_reply_with_its_own_numbers(tmp_path):
+    text = (SAMPLES / "fragmentation-expandable.log").read_text()
+    assert "Tried to allocate 3.27 GiB" in text and "total capacity of 79.19 GiB" in text
+    copies = {"a.log": ("3.27", "79.19"), "b.log": ("2.50", "39.39"), "c.log": ("4.10", "23.65")}
+    for name, (tried, total) in copies.items():
+        (tmp_path / name).write_text(text.replace("3.27 GiB", f"{tried} GiB").replace("79.19 GiB", f"{total} GiB"))
+    r = run_triage([str(tmp_path)], jobs=1)
+    (g,) = r["groups"]
+    assert [x["source"] for x in g["replies"]] == g["members"]
+    own = {x["source"].rsplit("/", 1)[-1]: x for x in g["replies"]}
+    for name, (tried, total) in copies.items():
+        reply = own[name]["reply"]
+        assert (own[name]["tried_gib"], own[name]["total_gib"]) == (float(tried), float(total))
+        assert [t for t, _ in copies.values() if f"{t} GiB" in reply] == [tried], reply
+    assert own[g["representative"].rsplit("/", 1)[-1]]["reply"] == g["reply"]
+    rows = [row for row in csv.DictReader(io.StringIO(render_report(r, "csv"))) if row["kind"] == "member"]
+    assert {row["representative"].rsplit("/", 1)[-1]: (row["tried_gib"], row["reply"]) for row in rows} == \
+        {n: (str(x["tried_gib"]), x["reply"]) for n, x in own.items()}
+
+
 def test_a_killed_run_is_never_in_the_healthy_group(tmp_path):
     healthy = tmp_path / "ok.log"
     healthy.write_text("{'loss': 1.2345, 'grad_norm': 0.5, 'learning_rate': 1e-05, 'epoch': 0.5}\n")
