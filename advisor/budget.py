@@ -247,11 +247,16 @@ def total_gib(s: Spec) -> float:
 _TOTALS = {}
 
 
+_GETTERS = []
+
+
 def _spec_key(s):
-    def plain(v):
-        return tuple(v) if isinstance(v, list) else v
-    shape = tuple(plain(getattr(s.model, f)) for f in s.model.__dataclass_fields__)
-    return shape + tuple(getattr(s, f) for f in s.__dataclass_fields__ if f != "model")
+    """The values of every field of the spec and its model (a model's aliases list as a tuple)."""
+    if not _GETTERS:
+        from operator import attrgetter
+        shape = [f for f in s.model.__dataclass_fields__ if f != "aliases"]
+        _GETTERS.extend((attrgetter(*shape), attrgetter(*(f for f in s.__dataclass_fields__ if f != "model"))))
+    return (_GETTERS[0](s.model), tuple(s.model.aliases), _GETTERS[1](s))
 
 
 def estimate(s: Spec, typical=True) -> Budget:

@@ -6,6 +6,7 @@ Strongest first: the failing frames, the launch command, the log's own lines, th
 training job then takes its kind from the phase (a failure while loading or saving).
 """
 
+import functools
 import re
 
 from .anchors import compiled, gated
@@ -43,10 +44,16 @@ def _table():
 def _from_frames(frames):
     """The first entry (the table's order is its precedence: an RL rollout runs vLLM's frames too)
     that any frame of the failing traceback matches."""
-    paths = [(f.path.replace("\\", "/"), f.func) for f in frames or ()]
-    for e in _table()["frames"]:
-        if any(compiled(e["path"]).search(path) and compiled(e["func"]).fullmatch(func) for path, func in paths):
-            return e["kind"]
+    hits = [i for i in (_first_entry(f.path.replace("\\", "/"), f.func) for f in frames or ()) if i is not None]
+    return _table()["frames"][min(hits)]["kind"] if hits else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _first_entry(path, func):
+    """The index of the first frame entry one frame matches: the same frames recur across reports."""
+    for i, e in enumerate(_table()["frames"]):
+        if compiled(e["path"]).search(path) and compiled(e["func"]).fullmatch(func):
+            return i
     return None
 
 

@@ -59,6 +59,25 @@ def diagnose_stream(stream, source, config_path=None, lang="en", gpu=None, model
 
 
 
+_WARM_LOG = b"""Traceback (most recent call last):
+  File "/x/site-packages/transformers/trainer.py", line 2, in training_step
+    loss.backward()
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB of \
+which 1.00 GiB is free.
+"""
+
+
+def warm():
+    """Load and compile what every diagnosis uses (rules, frame tables, the parser's automaton, the
+    patterns compiled on first use) by diagnosing a small log: a parent about to fork workers does it
+    once, instead of each worker on its first file."""
+    from .frames import tables
+    from .rules import load_rules
+    load_rules()
+    tables()
+    diagnose_bytes(_WARM_LOG, "<warm>")
+
+
 def diagnose_run(run, config_path=None, lang="en", gpu=None, model=None, params=None, with_plan=True):
     """A run folder (runfolder.Run): its log, or a log made of its records, with its own config."""
     from .runfolder import open_log

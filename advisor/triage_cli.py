@@ -123,9 +123,8 @@ def iter_rows(paths, lang="en", jobs=None, progress=False):
                     bar.update(1)
             return
         from concurrent.futures import ProcessPoolExecutor, as_completed
-        from .pipeline import diagnose_any  # noqa: F401  (imported before forking: workers inherit it)
-        from .rules import load_rules
-        load_rules()
+        from .pipeline import warm
+        warm()                              # before forking: every worker inherits the compiled tables
         # Chunks amortise the pickling; ~8 per worker keep the bar moving and the load balanced.
         size = max(1, min(64, len(paths) // (jobs * 8)))
         retry = []
