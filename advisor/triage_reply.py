@@ -143,19 +143,24 @@ def reply(g, rep, lang="en"):
     return title, summary + " Try first: " + "; ".join(f"{i}. {s}" for i, s in enumerate(steps, 1)) + "."
 
 
+def _own_numbers(d):
+    """(memory, step, key) of one member: the numbers its reply may quote, and them as a dict key."""
+    from .diagnose import TEXT_NUMBERS
+    numbers = d.get("memory") or {}
+    memory = {k: numbers[k] for _, k in TEXT_NUMBERS if numbers.get(k) is not None}
+    step = (d.get("facts") or {}).get("step")
+    step = step if isinstance(step, int) else None
+    return memory, step, (tuple(sorted(memory.items())), step)
+
+
 def member_replies(g, rep, members, lang="en"):
     """One reply per member (sorted by source, as g.members): the group's cause and steps with that
     member's own request, card and step, so each reporter reads their own numbers. Members with the
-    same numbers share one text."""
+    same numbers share one text; the representative's is the group's reply."""
     import dataclasses
-    from .diagnose import TEXT_NUMBERS
-    made, out = {}, []
+    made, out = {_own_numbers(rep)[2]: g.reply}, []
     for d in sorted(members, key=lambda d: d["source"]):
-        numbers = d.get("memory") or {}
-        memory = {k: numbers[k] for _, k in TEXT_NUMBERS if numbers.get(k) is not None}
-        step = (d.get("facts") or {}).get("step")
-        step = step if isinstance(step, int) else None
-        key = (tuple(sorted(memory.items())), step)
+        memory, step, key = _own_numbers(d)
         if key not in made:
             made[key] = reply(dataclasses.replace(g, memory=memory, step=step), rep, lang)[1]
         out.append({"source": d["source"], "tried_gib": memory.get("tried_gib"), "total_gib": memory.get("total_gib"),
