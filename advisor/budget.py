@@ -24,6 +24,7 @@ other number comes from the mechanism named beside it.
 """
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Dict, List, Optional
 
 from .record import Record
@@ -247,16 +248,13 @@ def total_gib(s: Spec) -> float:
 _TOTALS = {}
 
 
-_GETTERS = []
+_SHAPE_VALUES = attrgetter(*(f for f in ModelShape.__dataclass_fields__ if f != "aliases"))
+_SPEC_VALUES = attrgetter(*(f for f in Spec.__dataclass_fields__ if f != "model"))
 
 
 def _spec_key(s):
     """The values of every field of the spec and its model (a model's aliases list as a tuple)."""
-    if not _GETTERS:
-        from operator import attrgetter
-        shape = [f for f in s.model.__dataclass_fields__ if f != "aliases"]
-        _GETTERS.extend((attrgetter(*shape), attrgetter(*(f for f in s.__dataclass_fields__ if f != "model"))))
-    return (_GETTERS[0](s.model), tuple(s.model.aliases), _GETTERS[1](s))
+    return _SHAPE_VALUES(s.model), tuple(s.model.aliases), _SPEC_VALUES(s)
 
 
 def estimate(s: Spec, typical=True) -> Budget:

@@ -69,12 +69,8 @@ which 1.00 GiB is free.
 
 def warm():
     """Load and compile what every diagnosis uses (rules, frame tables, the parser's automaton, the
-    patterns compiled on first use) by diagnosing a small log: a parent about to fork workers does it
-    once, instead of each worker on its first file."""
-    from .frames import tables
-    from .rules import load_rules
-    load_rules()
-    tables()
+    patterns compiled on first use) by diagnosing a small log with a frame: a parent about to fork
+    workers does it once, instead of each worker on its first file."""
     diagnose_bytes(_WARM_LOG, "<warm>")
 
 

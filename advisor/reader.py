@@ -35,7 +35,8 @@ class Line:
         return f"Line({self.no}, {self.text!r}, rank={self.rank})"
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]|(?<![\w\]])\[[0-9;]{1,8}m")
+_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")       # what a terminal does not show
+_ANSI = re.compile(_ESCAPE.pattern + r"|(?<![\w\]])\[[0-9;]{1,8}m")       # and the codes a paste lost the ESC of
 _PASTE_NO = re.compile(r"^\[\d{1,7}\] ?")
 _HOST = re.compile(r"^(?:(?:\d{1,3}\.){3}\d{1,3}|[A-Za-z][\w-]{0,62}\d[\w-]{0,62}): (?=\S)")   # bounded: no backtracking
 _RANK = re.compile(r"^\[(?:rank(\d+)|[A-Za-z_]*?(\d+))\]:\s?")
@@ -193,9 +194,6 @@ def resolve_redraws(text):
 
 
 _REMNANT = re.compile(r"\[[0-9;]{1,8}m")     # an escape code whose ESC byte a paste lost
-
-
-_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 
 
 def _shown(text):

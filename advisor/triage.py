@@ -21,6 +21,7 @@ failure gets the same id in tomorrow's run.
 
 import hashlib
 import re
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
@@ -126,7 +127,12 @@ def id_key(d):
     """The key a member's own id is made of: its exact key, with a component decided by sizes alone
     read as `unknown` (the id of a failure must not change with the batch a reporter ran)."""
     key = key_of(d)
-    return key[:3] + ("unknown",) + key[4:] if weak_component(d) else key
+    return _with_component(_loose(key), "unknown") if weak_component(d) else key
+
+
+def _loose(key):
+    """key_of without its component: what signatures are clustered within."""
+    return key[:3] + key[4:]
 
 
 def _with_component(loose, component):
@@ -141,21 +147,19 @@ def _by_component(members):
     joins the one named component of its cluster; with several named it joins its own if named, and
     otherwise, or with none named, the weak members stay together under their most common component
     (ties: a named one, then by name)."""
-    strong = {}
+    out, weak = {}, []
     for m in members:
-        if not weak_component(m[2]):
-            strong.setdefault(m[2].get("component"), []).append(m)
-    weak = [m for m in members if weak_component(m[2])]
-    out = {c: list(ms) for c, ms in strong.items()}
-    rest = []
+        if weak_component(m[2]):
+            weak.append(m)
+        else:
+            out.setdefault(m[2].get("component"), []).append(m)
+    named, rest = list(out), []
     for m in weak:
         own = m[2].get("component")
-        target = next(iter(strong)) if len(strong) == 1 else own if own in strong else None
+        target = named[0] if len(named) == 1 else own if own in out else None
         (out[target] if target is not None else rest).append(m)
     if rest:
-        counts = {}
-        for m in rest:
-            counts[m[2].get("component")] = counts.get(m[2].get("component"), 0) + 1
+        counts = Counter(m[2].get("component") for m in rest)
         component = min(counts, key=lambda c: (-counts[c], c == "unknown", str(c)))
         out.setdefault(component, []).extend(rest)
     return out
@@ -259,8 +263,7 @@ def group(diagnoses, lang="en"):
     by_key = {}
     for i, d in enumerate(diagnoses):
         sig = d.get("signature") or signature(d)    # a worker may have computed it already
-        key = key_of(d)
-        by_key.setdefault(key[:3] + key[4:], []).append((i, sig, d))    # the component is decided below
+        by_key.setdefault(_loose(key_of(d)), []).append((i, sig, d))    # the component is decided below
     total = len(diagnoses) or 1
     groups = []
     for loose, items in by_key.items():
@@ -287,19 +290,17 @@ def _ids(key, members):
     signature (nothing changes), brings a new one that joins the group (the id stays unless the new id
     is smaller: then the old one is listed in aliases), or starts a group. The ids weak members would
     have alone (id_key) are aliases too, so a group they held before a named member came keeps its name."""
-    named = {m[1] for m in members if not weak_component(m[2])}
-    ids = sorted({_sid(key, s) for s in named} or {_sid(id_key(m[2]), m[1]) for m in members})
-    own = sorted({_sid(id_key(m[2]), m[1]) for m in members if weak_component(m[2])} - set(ids))
-    return ids[0], (ids[1:] + own)[:MAX_ALIASES]
+    named = {_sid(key, m[1]) for m in members if not weak_component(m[2])}
+    alone = {_sid(id_key(m[2]), m[1]) for m in members if weak_component(m[2])}
+    ids = sorted(named or alone)
+    return ids[0], (ids[1:] + sorted(alone - set(ids)))[:MAX_ALIASES]
 
 
 def _make_group(key, members, assign, total, lang):
     from .triage_reply import member_replies, needs_of, reason_text, reply
     verdict, rule, phase, component, accelerator = key
     gid, aliases = _ids(key, members)
-    counts = {}
-    for m in members:
-        counts[m[1]] = counts.get(m[1], 0) + 1
+    counts = Counter(m[1] for m in members)
     scores = {s: assign[s][1] for s in counts}
     # Ties break on the path, never on the input order, so a re-run in another order reads the same.
     order = sorted(members, key=lambda m: (m[2].get("mtime") or 0, m[2]["source"]))   # first/last seen
