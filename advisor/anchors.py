@@ -19,22 +19,23 @@ MIN = 3
 _TRANSPARENT = (_c.AT, _c.ASSERT, _c.ASSERT_NOT)    # zero-width: a literal run goes on across them
 
 
-def required(pattern):
-    """Literals one of which every match of `pattern` contains (longest choice), or None."""
-    return _seq(_sre.parse(pattern))
+def required(pattern, shortest=MIN):
+    """Literals of `shortest` characters or more, one of which every match of `pattern` contains
+    (the longest choice), or None."""
+    return _seq(_sre.parse(pattern), shortest)
 
 
-def _branch(alternatives):
+def _branch(alternatives, shortest):
     out = []
     for alt in alternatives:
-        lits = _seq(alt)
+        lits = _seq(alt, shortest)
         if lits is None:
             return None
         out += lits
     return out
 
 
-def _seq(items):
+def _seq(items, shortest):
     best, run = [], ""
 
     def better(cands):
@@ -55,15 +56,15 @@ def _seq(items):
             better([run + w for w in words])
             run = ""
             continue
-        better([run] if len(run) >= MIN else [])
+        better([run] if len(run) >= shortest else [])
         run = ""
         if op is _c.SUBPATTERN:
-            better(_seq(av[-1]))
+            better(_seq(av[-1], shortest))
         elif op is _c.BRANCH:
-            better(_branch(av[1]))
+            better(_branch(av[1], shortest))
         elif op in (_c.MAX_REPEAT, _c.MIN_REPEAT) and av[0] >= 1:
-            better(_seq(av[2]))
-    better([run] if len(run) >= MIN else [])
+            better(_seq(av[2], shortest))
+    better([run] if len(run) >= shortest else [])
     return best or None
 
 

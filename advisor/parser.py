@@ -13,6 +13,7 @@ from collections import deque
 from itertools import accumulate, islice
 
 from . import signals as sig
+from .anchors import Gated
 from .timeline import Context, Marker, Signal, Timeline
 
 RING = 3000            # the log's last lines, kept for incomplete pastes and late evidence
@@ -56,6 +57,14 @@ _ARG = re.compile(r"--(model_name_or_path|per_device_train_batch_size|gradient_a
                   r"|max_seq_length|finetuning_type|quantization_bit|deepspeed|per_device_eval_batch_size|lora_rank"
                   r"|lora_target|bf16|fp16|gradient_checkpointing|model|nproc_per_node)['\"]?(?:,\s*|\s+|=)['\"]?([^'\",\s]+)")
 _MODEL_PATH = re.compile(r"(?:loading (?:weights|configuration) file|Loading model|_name_or_path\"?:)\s*\"?([^\s\"]+)")
+# phase lines: their literals are asked for before the regex (anchors.Gated)
+_SAVE_LINE = Gated(r"Saving model checkpoint to|Saving checkpoint|Saving model to|Saving trained model|save_16bit_model"
+                   r"|\[Torch\] Checkpoint|Saving the model|saving model checkpoint")
+_LOAD_LINE = Gated(r"loading weights file|Loading checkpoint shards|Instantiating \w+ model|Quantizing model to"
+                   r"|Loading \S+-bit|activating zero\.init|Loading model|finished initializing model|load_model")
+_SETUP_LINE = Gated(r"DeepSpeed info: version|Creating \S+ ZeRO stage|DeepSpeed Basic Optimizer|initializing optimizer states"
+                    r"|Stage 3 initialize beginning|DeepSpeedZeRoOffload initialize|Final Optimizer"
+                    r"|\[(?:stage_1_and_2|stage3)\.py:\d+:__init__\]")
 _ARCH = re.compile(r"Instantiating (\w+?)(?:ForCausalLM|LMHeadModel|ForConditionalGeneration)\b[^.]* dtype torch\.(\w+)")
 
 # bar descriptions of data preparation (datasets, LLaMA-Factory, TRL); any other bar counts as training
@@ -377,24 +386,19 @@ class Parser:
                 self._mark("train_done", line)
             return
         if "aving" in text or "saved" in text:
-            if re.search(r"Saving model checkpoint to|Saving checkpoint|Saving model to|Saving trained model|save_16bit_model"
-                         r"|\[Torch\] Checkpoint|Saving the model|saving model checkpoint", text):
+            if _SAVE_LINE.search(text):
                 self._mark("save", line)
                 return
         if "oad" in text or "nstantiating" in text or "uantizing" in text or "zero.init" in text:
-            if re.search(r"loading weights file|Loading checkpoint shards|Instantiating \w+ model|Quantizing model to"
-                         r"|Loading \S+-bit|activating zero\.init|Loading model|finished initializing model|load_model",
-                         text) and "%|" not in text:
+            if _LOAD_LINE.search(text) and "%|" not in text:
                 self._mark("load", line)
                 return
         if "trainable params" in text or "model checkpoint weights were used" in text or "after model load" in text \
                 or "Gradient checkpointing enabled" in text or "Fine-tuning method" in text:
             self._mark("load_done", line)
             return
-        if ("DeepSpeed" in text or "ZeRO" in text or "optimizer states" in text or "__init__]" in text) and re.search(
-                r"DeepSpeed info: version|Creating \S+ ZeRO stage|DeepSpeed Basic Optimizer|initializing optimizer states"
-                r"|Stage 3 initialize beginning|DeepSpeedZeRoOffload initialize|Final Optimizer"
-                r"|\[(?:stage_1_and_2|stage3)\.py:\d+:__init__\]", text):     # the ZeRO optimizer being built
+        if ("DeepSpeed" in text or "ZeRO" in text or "optimizer states" in text or "__init__]" in text) \
+                and _SETUP_LINE.search(text):     # the ZeRO optimizer being built
             self._mark("setup", line)
             return
         if "Starting trainer" in text or "Unsloth - 2x faster" in text or "raining" in text and _TRAIN_START.search(text):
@@ -530,11 +534,11 @@ class Parser:
         """_framework for each of `texts`, in one search of their joined text: a line's first name counts."""
         ends = list(accumulate(len(x) + 1 for x in texts))
         seen = -1
-        for m in _FRAMEWORK_RX.finditer("\n".join(texts)):
-            i = bisect_right(ends, m.start())
+        for name, start in _framework_names("\n".join(texts)):
+            i = bisect_right(ends, start)
             if i != seen:
                 seen = i
-                self._framework(m.group(0))
+                self._framework(name)
                 if self.f.framework == "llamafactory":
                     return
 
@@ -625,6 +629,26 @@ def _words():
         except ImportError:
             _WORDS.append(None)
     return _WORDS[0]
+
+
+_FRAMEWORK_AUTOMATON = []
+
+
+def _framework_names(text):
+    """(name, offset) of each framework name in `text`, leftmost first as _FRAMEWORK_RX finds them;
+    an automaton scans a window's 20 KB many times faster than the regex's alternation."""
+    if not _FRAMEWORK_AUTOMATON:
+        try:
+            import ahocorasick_rs as ac
+            names = [n for n, _ in _FRAMEWORKS]
+            _FRAMEWORK_AUTOMATON.append((ac.AhoCorasick(names, matchkind=ac.MatchKind.LeftmostFirst), names))
+        except ImportError:
+            _FRAMEWORK_AUTOMATON.append(None)
+    found = _FRAMEWORK_AUTOMATON[0]
+    if found is None:
+        return ((m.group(0), m.start()) for m in _FRAMEWORK_RX.finditer(text))
+    automaton, names = found
+    return ((names[k], start) for k, start, _ in automaton.find_matches_as_indexes(text))
 
 
 def parse(lines, source="<stdin>"):

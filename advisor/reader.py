@@ -256,14 +256,20 @@ NEW_RECORD = re.compile(
     r"|\[?\d{4}[-/]\d\d[-/]\d\d[ T]\d\d:\d\d|\d\d/\d\d/\d{4} \d\d:\d\d|[IWEF]\d{4} \d\d:\d\d:\d\d"
     r"|\[?(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)\b[\]:| ]|\[(?:rank|default)?\d+\]:|\{'\w+': ")
 
-_SEAM_PATTERNS = []
+_SEAM_PATTERNS = []      # (pattern, the literals one of which every match holds, or None)
+_SEAM_LITERALS = set()   # all those literals
 
 
 def _seam_patterns():
     """The phrases the parser looks for: a wrap that cuts one of them is a wrap for certain."""
     if not _SEAM_PATTERNS:
         from . import parser, signals, traceback
-        _SEAM_PATTERNS.extend(signals.seam_phrases() + list(traceback.FRAME_PATTERNS) + list(parser.PROGRESS_PATTERNS))
+        from .anchors import minimal, required
+        for rx in signals.seam_phrases() + list(traceback.FRAME_PATTERNS) + list(parser.PROGRESS_PATTERNS):
+            literals = None if rx.flags & re.IGNORECASE else required(rx.pattern, shortest=1)   # a bar: "%"
+            literals = minimal(literals) if literals else None
+            _SEAM_PATTERNS.append((rx, frozenset(literals) if literals else None))
+            _SEAM_LITERALS.update(literals or ())
     return _SEAM_PATTERNS
 
 
@@ -272,7 +278,11 @@ def seam_is_cut(a, b):
     whole and `b` merely lengthens (a frame's function name, then an unindented source line) counts
     only when it takes all of `b`."""
     joint, cut = a + b, len(a)
-    for rx in _seam_patterns():
+    patterns = _seam_patterns()
+    present = {lit for lit in _SEAM_LITERALS if lit in joint}
+    for rx, literals in patterns:
+        if literals is not None and literals.isdisjoint(present):
+            continue            # no match anywhere: re would try every position to learn it
         for m in rx.finditer(joint):
             if m.start() >= cut:
                 break

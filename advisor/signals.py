@@ -71,6 +71,7 @@ _PATTERNS = [
     (ERROR, "exception", r"^(?:ERROR|FATAL|CRITICAL)\b.*(?:Error|error|failed)"),
 ]
 _COMPILED = [(k, d, re.compile(p)) for k, d, p in _PATTERNS]
+_GATED = []      # each pattern as anchors.Gated: its literals asked for before its regex
 
 # Cheap substring prefilter: a line holding none of these cannot be a signal (every literal a pattern
 # requires holds one: tests/test_fastpath.py).
@@ -120,10 +121,12 @@ def classify(text):
         order = sorted({i for k, _, _ in hits for i in by_key[k]})       # the table's order decides
     if "Warning" in text and "Error" not in text and "memory" not in text:
         return None
+    if not _GATED:
+        from .anchors import Gated
+        _GATED.extend(Gated(p) for _, _, p in _PATTERNS)
     for i in order:
-        kind, dialect, rx = _COMPILED[i]
-        if rx.search(text):
-            return kind, dialect
+        if _GATED[i].search(text):
+            return _COMPILED[i][:2]
     return None
 
 

@@ -198,6 +198,32 @@ def test_every_signal_and_marker_pattern_has_an_anchor():
                                                                            "***** Running Evaluation"}
 
 
+def test_literal_gates_change_no_answer():
+    """Seam phrases, signal patterns and framework names are asked for by their literals (or an
+    automaton) before a regex runs: on every line of the samples each gated search answers as the
+    bare regex does, and every match holds one of the literals its gate asks for."""
+    from advisor import parser, reader, signals
+    from advisor.anchors import Gated, required
+    from advisor.reader import logical_lines
+    assert required(r"(?P<pct>\d{1,3})%\s*\|", shortest=1) == ["%"]      # a bar: one character is its literal
+    assert required(r"(?P<pct>\d{1,3})%\s*\|") is None
+    signals.classify("warm")
+    for path in LOGS:
+        with open(path, "rb") as fh:
+            texts = [ln.text for ln in logical_lines(fh)]
+        for text in texts:
+            bare = next(((k, d) for k, d, rx in signals._COMPILED if rx.search(text)), None)
+            assert signals.classify(text) in (None, bare), (path.name, text)
+            for rx, literals in reader._seam_patterns():
+                for m in rx.finditer(text) if literals else ():
+                    assert any(lit in m.group(0) for lit in literals), (rx.pattern, m.group(0))
+            for gated in signals._GATED + [parser._SAVE_LINE, parser._LOAD_LINE, parser._SETUP_LINE]:
+                assert bool(gated.search(text)) == bool(gated.rx.search(text)), (gated.rx.pattern, text)
+        joined = "\n".join(texts)
+        assert list(parser._framework_names(joined)) == [(m.group(0), m.start())
+                                                        for m in parser._FRAMEWORK_RX.finditer(joined)], path.name
+
+
 def test_batched_prefilters_change_nothing():
     """feed_batch searches the joined text of many lines at once; line by line must give the same."""
     from advisor.parser import Parser, parse
