@@ -108,6 +108,19 @@ class Gated:
         return self.rx.search(text)
 
 
+def automaton(words, of_bytes=False, leftmost_first=False):
+    """An Aho-Corasick automaton over `words` (str, or bytes), or None without the library. Built as
+    a DFA: for a few hundred short words it builds in milliseconds and searches a 20 KB report ~1.7x
+    faster than the default NFA."""
+    try:
+        import ahocorasick_rs as ac
+    except ImportError:
+        return None
+    make = ac.BytesAhoCorasick if of_bytes else ac.AhoCorasick
+    kind = ac.MatchKind.LeftmostFirst if leftmost_first else ac.MatchKind.Standard
+    return make(list(words), matchkind=kind, implementation=ac.Implementation.DFA)
+
+
 # re's own cache holds 512 patterns; the frame table alone compiles ~1000, so tables that search
 # per call keep theirs here
 compiled = functools.lru_cache(maxsize=None)(re.compile)

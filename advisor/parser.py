@@ -13,7 +13,7 @@ from collections import deque
 from itertools import accumulate, islice
 
 from . import signals as sig
-from .anchors import Gated
+from .anchors import Gated, automaton
 from .timeline import Context, Marker, Signal, Timeline
 
 RING = 3000            # the log's last lines, kept for incomplete pastes and late evidence
@@ -159,10 +159,10 @@ class Parser:
             for ln in lines:
                 self.feed(ln)
             return
-        automaton, bits = words
+        scanner, bits = words
         ends = list(accumulate(len(ln.text) + 1 for ln in lines))
         masks = {}
-        for w, start, _ in automaton.find_matches_as_indexes(text, overlapping=True):
+        for w, start, _ in scanner.find_matches_as_indexes(text, overlapping=True):
             i = bisect_right(ends, start)
             masks[i] = masks.get(i, 0) | bits[w]
         start = 0
@@ -623,11 +623,8 @@ def _words():
         for bit, words in groups:
             for w in words:
                 bits[w] = bits.get(w, 0) | bit
-        try:
-            import ahocorasick_rs as ac
-            _WORDS.append((ac.AhoCorasick(list(bits)), list(bits.values())))
-        except ImportError:
-            _WORDS.append(None)
+        found = automaton(bits)
+        _WORDS.append(found and (found, list(bits.values())))
     return _WORDS[0]
 
 
@@ -638,17 +635,14 @@ def _framework_names(text):
     """(name, offset) of each framework name in `text`, leftmost first as _FRAMEWORK_RX finds them;
     an automaton scans a window's 20 KB many times faster than the regex's alternation."""
     if not _FRAMEWORK_AUTOMATON:
-        try:
-            import ahocorasick_rs as ac
-            names = [n for n, _ in _FRAMEWORKS]
-            _FRAMEWORK_AUTOMATON.append((ac.AhoCorasick(names, matchkind=ac.MatchKind.LeftmostFirst), names))
-        except ImportError:
-            _FRAMEWORK_AUTOMATON.append(None)
+        names = [n for n, _ in _FRAMEWORKS]
+        found = automaton(names, leftmost_first=True)
+        _FRAMEWORK_AUTOMATON.append(found and (found, names))
     found = _FRAMEWORK_AUTOMATON[0]
     if found is None:
         return ((m.group(0), m.start()) for m in _FRAMEWORK_RX.finditer(text))
-    automaton, names = found
-    return ((names[k], start) for k, start, _ in automaton.find_matches_as_indexes(text))
+    scanner, names = found
+    return ((names[k], start) for k, start, _ in scanner.find_matches_as_indexes(text))
 
 
 def parse(lines, source="<stdin>"):

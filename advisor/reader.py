@@ -41,6 +41,10 @@ _PASTE_NO = re.compile(r"^\[\d{1,7}\] ?")
 _HOST = re.compile(r"^(?:(?:\d{1,3}\.){3}\d{1,3}|[A-Za-z][\w-]{0,62}\d[\w-]{0,62}): (?=\S)")   # bounded: no backtracking
 _RANK = re.compile(r"^\[(?:rank(\d+)|[A-Za-z_]*?(\d+))\]:\s?")
 _RAY = re.compile(r"^\((?:[\w.]+) pid=\d+(?:, ip=[\d.]+)?\) ?")
+# the start that any of the four prefixes needs: one match tells most lines they have none
+_PREFIXES = r"\[\d{1,7}\]|\[(?:rank\d+|[A-Za-z_]*?\d+)\]:|\([\w.]+ pid=\d|" + _HOST.pattern[1:]
+_ANY_PREFIX = re.compile(_PREFIXES)
+_PREFIX_AFTER_NEWLINE = re.compile("\n(?:" + _PREFIXES + ")")     # a literal first: re skips to each newline
 BAR_HINT = re.compile(r"%\||(?<!\d)\d+/\d+ \[|it/s|s/it")
 
 
@@ -213,7 +217,8 @@ def strip_prefixes(text):
 
 def strip_wrappers(text):
     """Remove paste line numbers, host and rank prefixes from an ANSI-free line; (text, rank or None)."""
-    # cheap character tests first: most lines have none of these prefixes
+    if not _ANY_PREFIX.match(text):      # most lines have none of these prefixes
+        return text, None
     if text[:1] == "[" and text[1:2].isdigit():
         text = _PASTE_NO.sub("", text, count=1)
     rank = None
@@ -341,34 +346,68 @@ def _same(text):
 
 
 _FRAME_END = re.compile(r"line \d+, in [\w<>.]+$")
-_GLUED_RANK = re.compile(r"(?<=\S)\[rank\d+\]:")
+_RANK_TAG = re.compile(r"\[rank\d+\]:")
+_GLUED_RANK = re.compile(r"(?<=\S)" + _RANK_TAG.pattern)
 _GLUED = re.compile(r"(?:/s|/it)\](?=[^\s,|\]])")   # tqdm's closing bracket with the next output glued on
 
 
 def logical_lines(stream, start_no=1):
-    """Yield normalised Line objects from a binary stream. Output glued after a progress bar's
-    closing bracket (`…it/s]Traceback`, `…examples/s]Killed`: the bar drew no newline) is a line of its
-    own, with the bar's line number."""
-    for line in _physical_to_logical(stream, start_no):
-        text = line.text
-        if text.find("[rank", 1) > 0 and "]:" in text:      # no copy of the line: this runs on every line
-            # ranks writing at once glue one rank's line onto another's ("…Error: x[rank1]:   File …")
-            m = _GLUED_RANK.search(text)
-            if m:
-                yield Line(line.no, text[:m.start()], line.rank)
-                text, rank = strip_wrappers(text[m.start():])
-                line = Line(line.no, text, rank)
-        while "/s]" in text or "/it]" in text:
-            m = _GLUED.search(text)
-            if m is None:
-                break
-            yield Line(line.no, text[:m.end()], line.rank)
-            text, rank = strip_wrappers(text[m.end():])
-            line = Line(line.no, text, line.rank if rank is None else rank)
-        yield line
+    """Yield normalised Line objects from a binary stream (logical_batches, one by one)."""
+    for batch in logical_batches(stream, start_no):
+        yield from batch
+
+
+def logical_batches(stream, start_no=1):
+    """Lists of normalised Lines, a decoded chunk's worth at a time. Output glued after a progress
+    bar's closing bracket (`…it/s]Traceback`, `…examples/s]Killed`: the bar drew no newline) is a
+    line of its own, with the bar's line number."""
+    for batch in _physical_to_logical(stream, start_no):
+        text = "\n".join([ln.text for ln in batch])
+        if _glue_in(text):
+            batch = [piece for line in batch for piece in _unglued(line)]
+        yield batch
+
+
+def _glue_in(text):
+    """True when a line of `text` (lines joined by newlines) holds what _unglued splits off: one
+    search for the bars, and a literal search for rank tags, each then asked what stands before it
+    (a lookbehind would make re try every position)."""
+    if ("/s]" in text or "/it]" in text) and _GLUED.search(text):
+        return True
+    return "[rank" in text and any(m.start() > 0 and not text[m.start() - 1].isspace() for m in _RANK_TAG.finditer(text))
+
+
+def _unglued(line):
+    """One logical line, split where a rank's line or a bar's output was glued onto it."""
+    text = line.text
+    if text.find("[rank", 1) > 0 and "]:" in text:
+        # ranks writing at once glue one rank's line onto another's ("…Error: x[rank1]:   File …")
+        m = _GLUED_RANK.search(text)
+        if m:
+            yield Line(line.no, text[:m.start()], line.rank)
+            text, rank = strip_wrappers(text[m.start():])
+            line = Line(line.no, text, rank)
+    while "/s]" in text or "/it]" in text:
+        m = _GLUED.search(text)
+        if m is None:
+            break
+        yield Line(line.no, text[:m.end()], line.rank)
+        text, rank = strip_wrappers(text[m.end():])
+        line = Line(line.no, text, line.rank if rank is None else rank)
+    yield line
+
+
+def _plain_lines(first_no, segs):
+    """Lines with colour stripped, no redraw and no wrap in force: each only loses its prefixes, and
+    a batch where no line starts like a prefix is made in one go."""
+    joined = "\n".join(segs)
+    if _ANY_PREFIX.match(joined) is None and _PREFIX_AFTER_NEWLINE.search(joined) is None:
+        return list(map(Line, range(first_no, first_no + len(segs)), segs))
+    return [Line(no, *strip_wrappers(seg)) for no, seg in zip(range(first_no, first_no + len(segs)), segs)]
 
 
 def _physical_to_logical(stream, start_no):
+    """Lists of Lines, wraps re-joined and redraws resolved, one physical batch at a time."""
     held = []             # the first physical lines, held back until the wrap width is known
     width = None
     carry = None          # [no, pieces, rank, length] of a line that may continue on the next one
@@ -407,31 +446,26 @@ def _physical_to_logical(stream, start_no):
             return
         yield Line(no, text, rank)
 
-    def plain(no, seg):
-        """The common line, colour already stripped: no redraw, no wrap in force, nothing carried over."""
-        if seg[:1] == "[" and "]:" not in seg and not seg[1:2].isdigit():
-            return Line(no, seg, None)          # "[INFO|…": no prefix strip_wrappers would take
-        if seg[:1] in "[(" and seg or ": " in seg[:140]:
-            text, rank = strip_wrappers(seg)
-            return Line(no, text, rank)
-        return Line(no, seg, None)
-
     def release():
         """Decide the wrap width from the held first lines (what a terminal showed: their widths
-        without colour codes), then emit them."""
+        without colour codes), then make their Lines."""
         nonlocal width
         texts = [clean(raw.rstrip("\r")) for raw in held]
         shown = texts if clean is _same else [_shown(raw.rstrip("\r")) for raw in held]
         width = detect_wrap_width([len(t) for t in shown])
         if not (width and plausible_wrap(shown, width)):
             width = confirmed_wrap_width(shown)
+        if width is None and not any("\r" in raw for raw in held):
+            return _plain_lines(start_no, texts)
+        out = []
         for no, raw, seg, seen in zip(range(start_no, start_no + len(held)), held, texts, shown):
             if "\r" in raw:
-                yield from emit(no, raw)
+                out += emit(no, raw)
             elif width is None and carry is None:
-                yield plain(no, seg)
+                out.append(Line(no, *strip_wrappers(seg)))
             else:
-                yield from place(no, seg, len(seen))     # no redraw: its colour is already stripped
+                out += place(no, seg, len(seen))     # no redraw: its colour is already stripped
+        return out
 
     no = start_no - 1
     for batch, coloured in physical_batches(stream):
@@ -442,19 +476,27 @@ def _physical_to_logical(stream, start_no):
             held += batch[:room]
             if len(held) < WRAP_SAMPLE:
                 continue
-            yield from release()
+            lines = release()
             no += len(held)
             held, batch = None, batch[room:]
-        for raw in batch:
-            no += 1
-            if width is None and carry is None and "\r" not in raw:
-                yield plain(no, clean(raw))
-            else:
-                yield from emit(no, raw)
+        else:
+            lines = []
+        if width is None and not any("\r" in raw for raw in batch):      # no wrap: carry stays None
+            lines += _plain_lines(no + 1, [clean(raw) for raw in batch])
+            no += len(batch)
+        else:
+            for raw in batch:
+                no += 1
+                if width is None and carry is None and "\r" not in raw:
+                    lines.append(Line(no, *strip_wrappers(clean(raw))))
+                else:
+                    lines += emit(no, raw)
+        if lines:
+            yield lines
     if held:
-        yield from release()
+        yield release()
     if carry is not None:
-        yield flush()
+        yield [flush()]
 
 
 def read_text(text):

@@ -91,18 +91,15 @@ def _candidates():
     match a line that holds one of its required literals, so only the keys those literals hold lead
     to it. None without the automaton library."""
     if not _BY_KEY:
-        from .anchors import required
+        from .anchors import automaton, required
         by_key = {k: [] for k in range(len(_KEYS))}
         for i, (_, _, p) in enumerate(_PATTERNS):
             lits = required(p) or ()
             for k, key in enumerate(_KEYS):
                 if not lits or any(key in lit for lit in lits):
                     by_key[k].append(i)
-        try:
-            import ahocorasick_rs as ac
-            _BY_KEY.append((ac.AhoCorasick(list(_KEYS)), by_key))
-        except ImportError:
-            _BY_KEY.append(None)
+        found = automaton(_KEYS)
+        _BY_KEY.append(found and (found, by_key))
     return _BY_KEY[0]
 
 
@@ -114,8 +111,8 @@ def classify(text):
             return None
         order = range(len(_COMPILED))
     else:
-        automaton, by_key = found
-        hits = automaton.find_matches_as_indexes(text, overlapping=True)
+        keys, by_key = found
+        hits = keys.find_matches_as_indexes(text, overlapping=True)
         if not hits:
             return None
         order = sorted({i for k, _, _ in hits for i in by_key[k]})       # the table's order decides
