@@ -103,9 +103,12 @@ class Gated:
         self.literals = tuple(minimal(lits)) if lits else None
 
     def search(self, text):
-        if self.literals is not None and not any(lit in text for lit in self.literals):
-            return None
-        return self.rx.search(text)
+        if self.literals is None:
+            return self.rx.search(text)
+        for lit in self.literals:        # a loop, not any(genexpr): this runs on many lines
+            if lit in text:
+                return self.rx.search(text)
+        return None
 
 
 def automaton(words, of_bytes=False, leftmost_first=False):

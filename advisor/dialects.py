@@ -6,10 +6,13 @@ A key is dotted (`zero_optimization.stage`). In a file it may be spelled literal
 both are read, and a write goes where the value already is, else in the file's own style.
 """
 
+import functools
+
 MISSING = object()
 UNKNOWN = "unknown"
 
 
+@functools.cache                 # the snapshot is read once per process: so is its dialect table
 def table():
     from .snapshot import snapshot
     return snapshot()["dialects"]
@@ -46,6 +49,7 @@ def _has(keys, marker):
     return marker in keys
 
 
+@functools.lru_cache(maxsize=None)
 def knob(dialect, name):
     """The knob's entry ({key, default, on, ...}) or None when the dialect has no such knob."""
     entry = (table().get(dialect) or {}).get("knobs", {}).get(name)

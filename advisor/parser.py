@@ -28,6 +28,11 @@ FRAMEWORK_HEAD = 500   # logger names identify the framework in a log's first li
 _BAR = re.compile(r"(?:^|\r)\s*(?:(?P<desc>(?:[^|\r\s][^|\r]*?)?):\s*)?(?P<pct>\d{1,3})%\s*\|[^|]*\|\s*(?P<n>\d+)"
                   r"/(?P<total>\d+|\?)")    # the description starts after the spaces: one way to split them
 _BAR_LIGHT = re.compile(r"(?P<desc>[A-Z][\w ]{0,80}?):\s*(?P<pct>\d{1,3})%\s+(?P<n>\d+)/(?P<total>\d+)")  # lightning/colab
+# the HF Trainer's notebook bar as a paste renders it: "[ 501/1500 06:35 < 13:11, 1.26 it/s, Epoch 1/3]"
+# (transformers utils/notebook.py); only the training bar names the epoch
+_BAR_NOTEBOOK = re.compile(r"\[\s*(?P<n>\d+)/(?P<total>\d+) [\d:]+(?: < [\d:]+)?(?:, [\d.]+ it/s)?, (?P<desc>Epoch [\d.]+/\d+)(?P<pct>)\]")
+# a bar whose description names a tensor ("layers.27.mlp.weight : 85%|…"): weights placed one by one
+_TENSOR_NAME = re.compile(r"\w\.(?:weight|bias)\b")
 # a training bar cut after "N%|" (a narrow terminal, a paste): its percentage is all it says
 _BAR_CUT = re.compile(r"^\s*(?P<desc>)(?P<pct>\d{1,3})%\|(?P<n>)(?P<total>)")
 _LOSS_LINE = re.compile(r"\b(?:step|iter\w*)\s*:?\s*\d+\b.{0,200}?\bloss\b\s*[:=]?\s*-?\d"
@@ -90,14 +95,17 @@ BATCH = 256            # lines whose text is searched at once (feed_batch)
 # tests start with (tests/test_fastpath.py checks it): a line holding none of a check's words cannot
 # change what that check keeps, so a batch's one automaton scan tells each line which checks to run,
 # and a line no check wants changes nothing but the line count and the rings.
-_PROGRESS_WORDS = ("%", "{'", "oss")
+_PROGRESS_WORDS = ("%", "{'", "oss", "Epoch")
 _MARKER_WORDS = ("*****", "aving", "saved", "oad", "nstantiating", "uantizing", "zero.init", "trainable params",
                  "model checkpoint weights were used", "Gradient checkpointing enabled", "Fine-tuning method",
                  "DeepSpeed", "ZeRO", "optimizer states", "__init__]", "Starting trainer", "Unsloth - 2x faster",
                  "raining", "Batch generation can be very slow")
-_FACT_WORDS = (" = ", "trainable params", "Process rank", "......", "--", "ZeRO", "Gradient checkpointing enabled",
+# a launcher's flags: _ARG's names (a separator line of dashes holds none)
+_ARG_WORDS = ("--model", "--per_device_", "--gradient_", "--cutoff_len", "--max_seq_length", "--finetuning_type",
+              "--quantization_bit", "--deepspeed", "--lora_", "--bf16", "--fp16", "--nproc_per_node")
+_FACT_WORDS = _ARG_WORDS + (" = ", "trainable params", "Process rank", "......", "ZeRO", "Gradient checkpointing enabled",
                "does not support gradient checkpointing", "Fine-tuning method", "uantizing", "-bit", "raining",
-               "vanilla attention", "Pure bf16", "distributed tasks at", "GPU type:", "GPU name", "oad",
+               "vanilla attention", "Pure bf16", "distributed tasks at", "GPU type:", "GPU name", "oading",
                "name_or_path", "nstantiating", "expandable_segments:True")
 _SCRIPT_WORDS = (".py",)
 _MEMORY_WORDS = ("emory",)
@@ -292,6 +300,10 @@ class Parser:
             m = _BAR.search(text) or _BAR_LIGHT.search(text) or _BAR_CUT.match(text)
             if m:
                 self._bar(line, m)
+        elif "Epoch" in text and "[" in text:
+            m = _BAR_NOTEBOOK.search(text)
+            if m:
+                self._bar(line, m)
         if "oss" in text and "{'" not in text and _LOSS_LINE.search(text):
             self.losses += 1                          # "iter 3436 step 53: loss 2.99" (litgpt, Megatron, custom loops)
             self._advance(line)
@@ -314,7 +326,7 @@ class Parser:
         if not m.group("n") and m.group("pct") != "0":
             n, total = int(m.group("pct")), 100       # no counts: p % of the steps are done
         low = desc.lower()
-        if "load" in low and ("shard" in low or "weight" in low or "checkpoint" in low):
+        if "load" in low and ("shard" in low or "weight" in low or "checkpoint" in low) or _TENSOR_NAME.search(desc):
             self._mark("load", line, n, total)
             return
         if any(w in low for w in ("valid", "test", "eval", "predict", "generat")):
@@ -454,9 +466,8 @@ class Parser:
             if m:
                 self._ds_kv(line, m.group(1), m.group(2))
             return
-        if "--" in text:
-            for m in _ARG.finditer(text):
-                self._arg(line, m.group(1), m.group(2))
+        for m in _ARG.finditer(text):         # starts with a literal: re skips a line without "--" at C speed
+            self._arg(line, m.group(1), m.group(2))
         if "ZeRO stage" in text:
             m = re.search(r"Creating \S+ ZeRO stage (\d) optimizer", text)
             if m:

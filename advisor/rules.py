@@ -201,9 +201,15 @@ def _giant(m):
 
 
 def _overflowed(m):
-    """A request a hundred cards long or more is a size computed wrong, not memory (LABELS 6)."""
+    """A request a hundred cards long or more is a size computed wrong, not memory (LABELS 6); a
+    message that names no card is measured against the largest card there is."""
     tried, total = m.get("tried_gib"), m.get("total_gib")
-    return tried is not None and total is not None and tried >= 100 * total
+    if tried is None:
+        return False
+    if total is None:
+        from .catalog import gpus
+        total = max(g.capacity_gib for g in gpus())
+    return tried >= 100 * total
 
 
 CHECKS = {

@@ -26,12 +26,19 @@ _PATTERNS = [
     (DEVICE_OOM, "mps", r"MPS backend out of memory"),
     (DEVICE_OOM, "malloc_async", r"would exceed allowed memory\. \(out of memory\)"),
     (DEVICE_OOM, "nccl", r"Cuda failure '?out of memory"),
-    (DEVICE_OOM, "driver", r"(?:CUDA|HIP|cuda|hip)(?: driver| runtime)? ?(?:error|Error|ERROR):? ?out of memory"),
+    # "CUDA Error 2, out of memory": the driver's code 2 named (tinygrad, custom allocators)
+    (DEVICE_OOM, "driver", r"(?:CUDA|HIP|cuda|hip)(?: driver| runtime)? ?(?:error|Error|ERROR)(?: 2,)?:? ?out of memory"),
     (DEVICE_OOM, "driver", r"cudaErrorMemoryAllocation|hipErrorOutOfMemory|UR_RESULT_ERROR_OUT_OF_DEVICE_MEMORY"
                            r"|PT_DEVMEM Allocation failed|RESOURCE_EXHAUSTED: Out of memory|No available memory for the cache blocks"
                            r"|Error \[CUDA\]: out of memory|maximum number of tokens that can be stored in KV cache"
                            r"|Allocation is out of device memory"),          # Intel XPU (IPEX)
     (DEVICE_OOM, "npu_driver", r"EL0004\b|driver error:\s*out of memory"),
+    # TensorFlow / XLA's allocators: a pinned *host* buffer first (its line names the CUDA error
+    # too), then the device's own ("failed to allocate 1.2GiB (1288490188 bytes) from device")
+    (HOST_OOM, "pinned_host", r"could not allocate pinned host memory|failed to alloc \d+ bytes on host"),
+    (DEVICE_OOM, "tf_allocator", r"CUDA_ERROR_OUT_OF_MEMORY|HIP_ERROR_OutOfMemory|OOM when allocating tensor"),
+    # Apple MLX: one buffer over Metal's limit, or a command buffer that ran out
+    (DEVICE_OOM, "metal", r"\[metal::malloc\] Attempting to allocate|kIOGPUCommandBufferCallbackErrorOutOfMemory"),
     # PyTorch before 1.0 (THC) and CNTK: a failed cudaMalloc reported with CUDA's error code 2
     (DEVICE_OOM, "driver", r"THCudaCheck FAIL.{0,200}?out of memory|CUDA failure 2: out of memory"),
     (DEVICE_OOM, "cublas_alloc", r"CU(?:BLAS|SOLVER|DNN|SPARSE|FFT)_STATUS_ALLOC_FAILED"),
@@ -52,6 +59,7 @@ _PATTERNS = [
                            r"|Signal 9 \(SIGKILL\)|killed by signal: Killed|Out of memory: Kill(?:ed)? process"
                            r"|OOMKilled|oom[-_]kill|SIGKILL by OOM killer|Signals\.SIGKILL"
                            r"|line \d+:\s+\d+ Killed\b"          # bash: "train.sh: line 14: 3103923 Killed  python ..."
+                           r"|已杀死|已砍掉"                     # its words in a Chinese locale (glibc zh_CN, zh_TW)
                            r"|it/s\]\s*Killed\b|s/it\]\s*Killed\b"),  # the shell's "Killed" after the bar it stopped
     (HOST_KILL, "sigkill", r"^(?:\[\d+\][+-]?\s+)?Killed\b"),
     (CASCADE, "launcher", r"failed \(exitcode: ?-?\d+\)|exitcode\s*:\s*-?\d+ \(pid|exits with return code = -?\d+"
@@ -68,7 +76,8 @@ _PATTERNS = [
     # a CUDA kernel's assertion, printed once per failing thread before the exception that reports it
     (ERROR, "device_assert", r"Assertion `[^`]*` failed"),
     (ERROR, "exception", r"^(?:[\w]+\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)"),
-    (ERROR, "exception", r"^(?:ERROR|FATAL|CRITICAL)\b.*(?:Error|error|failed)"),
+    # a logger's error line, unless it only announces the traceback that follows (its error is at the end)
+    (ERROR, "exception", r"^(?:ERROR|FATAL|CRITICAL)\b(?!.*Traceback \(most recent call last\):?\s*$).*(?:Error|error|failed)"),
 ]
 _COMPILED = [(k, d, re.compile(p)) for k, d, p in _PATTERNS]
 _GATED = []      # each pattern as anchors.Gated: its literals asked for before its regex
@@ -78,7 +87,8 @@ _GATED = []      # each pattern as anchors.Gated: its literals asked for before 
 _KEYS = ("rror", "memory", "xception", "xit", "Kill", "kill", "SIG", "ignal", "ALLOC", "NCCL", "ssert", "Segmentation", "core dumped",
          "terminate", "what()", "death", "Bus", "ubprocess", "Root Cause", "Interrupt", "OOM", "oom", "EL0004",
          "Resources", "STATUS", "low on", "failed", "shm", "ailure", "ERROR", "KV cache", "FAIL", "Memory on the node",
-         "bad_alloc", "Unable to allocate", "paging file", "No space left", "= -9", "Search for `", "Watchdog", "FATAL",
+         "bad_alloc", "Unable to allocate", "已杀死", "已砍掉", "pinned host", "on host", "_OUT_OF_MEMORY", "OutOfMemory",
+         "OOM when", "metal::malloc", "CallbackErrorOutOfMemory", "paging file", "No space left", "= -9", "Search for `", "Watchdog", "FATAL",
          "CRITICAL", "Traceback (most recent call last)")
 
 
@@ -130,7 +140,7 @@ def classify(text):
 def accelerator_of(text):
     """Which device family an OOM message names."""
     for word, acc in (("HIP", "rocm"), ("hip", "rocm"), ("NPU", "npu"), ("EL0004", "npu"), ("XPU", "xpu"),
-                      ("UR_RESULT", "xpu"), ("MPS", "mps"), ("CUDA", "cuda"), ("cuda", "cuda"), ("Cuda", "cuda"),
+                      ("UR_RESULT", "xpu"), ("MPS", "mps"), ("metal", "mps"), ("kIOGPU", "mps"), ("CUDA", "cuda"), ("cuda", "cuda"), ("Cuda", "cuda"),
                       ("CUBLAS", "cuda"), ("NVML", "cuda"), ("GPU", "cuda"), ("exceed allowed memory", "cuda")):
         if word in text:
             return acc
@@ -140,7 +150,7 @@ def accelerator_of(text):
 # ---- allocator numbers -------------------------------------------------------------------------
 # Patterns tolerate missing spaces: continuation lines of a hard-wrapped message are joined
 # without a separator (a wrap can fall inside a word or a number), so "a to" + "tal" stays whole.
-_S = r"(?<!\d)(\d{1,15}(?:\.\d+)?\s*(?:bytes|[KMGT]i?B))"   # from a number's first digit: linear on digit runs
+_S = r"(?<!\d)(\d{1,15}(?:\.\d+)?\s*(?:bytes|[KMGTPE]i?B))"   # from a number's first digit: linear on digit runs
 _W = r"\s*"
 _FIELDS = {
     "tried": re.compile(r"(?:Tried|tried)" + _W + "to" + _W + "allocate" + _W + r"(?:more" + _W + "than" + _W + ")?" + _S),
@@ -164,6 +174,10 @@ _ASYNC = {
     "total": re.compile(r"Device limit\s*:\s*" + _S),
     "free": re.compile(r"Free \(according to CUDA\)\s*:\s*" + _S),
 }
+# requests counted in bytes: TensorFlow / XLA ("failed to allocate 1.2GiB (1288490188 bytes) from device",
+# "pinned host memory of size: N") and MLX ("[metal::malloc] Attempting to allocate N bytes")
+_BYTES_REQUEST = re.compile(r"failed to alloc(?:ate)? (?:[\d.]+\s*[KMGTPE]i?B \()?(\d+) bytes|pinned host memory of size:?\s*(\d+)"
+                            r"|\[metal::malloc\] Attempting to allocate (\d+) bytes")
 _HOST_BYTES = re.compile(r"(?:tried to allocate|allocate)\s*(\d+)\s*bytes")
 _DONE = re.compile(r"but\s*unallocated|reserved\s*in\s*total\s*by\s*PyTorch\)|cached\)|See\s*documentation"
                    r"|on (?:private|shared) pool|Free \(according to CUDA\)")
@@ -212,6 +226,11 @@ def parse_numbers(block):
         if None not in known:
             mem["async_pool_gib"] = max(0.0, known[0] - known[1] - known[2])
         return mem
+    if "alloc" in block and ("bytes" in block or "pinned host" in block):
+        m = _BYTES_REQUEST.search(block)
+        if m:
+            mem["tried_gib"] = int(next(g for g in m.groups() if g is not None)) / 2**30
+            return mem
     if "DefaultCPUAllocator" in block or "bytes" in block and "CPU" in block:
         m = _HOST_BYTES.search(block)
         mem["tried_gib"] = int(m.group(1)) / 2**30 if m else None

@@ -11,6 +11,8 @@ _IPYTHON = re.compile(r"^(?:File (?P<path>\S+):(?P<no>\d+), in |\[(?P<link>[^\]]
 _RICH = re.compile(r"│\s*(?P<path>[^\s│]+\.py):(?P<no>\d+) in (?P<func>\w+)")   # a path stops at the box
 _BARE = re.compile(r"(?:^|\s)line (?P<no>\d+), in (?P<func>[\w<>.]+)\s*$")   # a frame cut before "File"
 _CPP = re.compile(r"^frame #\d+: ")
+_CONTEXT = re.compile(r"(?:-+>\s*)?\d+(?:\s|$)")      # IPython's numbered context lines (stripped)
+_ARROW = re.compile(r"\s*-+>\s*\d+\s(.*)")
 FRAME_PATTERNS = (_CPYTHON, _IPYTHON, _RICH)     # a frame header: what a wrap must not be allowed to cut unseen
 
 
@@ -37,10 +39,24 @@ def frames_of(lines):
         source = ""
         if i + 1 < len(lines) and not hits[i + 1]:
             nxt = lines[i + 1].text.strip()
-            if nxt and not _CPP.match(nxt) and not set(nxt) <= set("^~ "):
+            if _CONTEXT.match(nxt):
+                source = _arrow_line(texts, hits, i + 1)
+            elif nxt and not _CPP.match(nxt) and not set(nxt) <= set("^~ "):
                 source = nxt[:300]
         frames.append(Frame(path=hit[0], func=hit[1], line=ln.no, source=source, rank=ln.rank))
     return frames
+
+
+def _arrow_line(texts, hits, start):
+    """IPython quotes numbered lines around the one that ran, marked by an arrow ("--> 207  x = f()"):
+    that one is the frame's source, not the first of the context."""
+    for j in range(start, min(len(texts), start + 24)):
+        if hits[j]:
+            break
+        m = _ARROW.match(texts[j])
+        if m:
+            return m.group(1).strip()[:300]
+    return ""
 
 
 def decisive_frames(frames, signal_line, rank=None, boundaries=(), repeats=()):

@@ -40,7 +40,7 @@ _NORMALISE = [(re.compile(p), r) for p, r in [
     (r"\[(?:rank|default|RANK:?)\s*\d+\]:?|\b(?:local_)?[Rr]ank:?\s*\d+", "rank"),  # torchrun, axolotl
     (r"\b(?:pid|PID)\s*[:=]?\s*\d+|\bProcess \d+", "pid"),                      # PIDs, NVML process lines
     (r"\b0x[0-9a-fA-F]+\b|\b[0-9a-f]{12,}\b", "addr"),                         # pointers, Ray task ids
-    (r"\d+(?:\.\d+)?\s*(?:bytes|[KMGTP]i?B)\b", "SIZE"),                       # sizes in any unit
+    (r"\d+(?:\.\d+)?\s*(?:bytes|[KMGTPE]i?B)\b", "SIZE"),                       # sizes in any unit
     (r"(?:[A-Za-z]:)?(?:~|\.{1,3})?(?:[/\\][^/\\\s\"'(),:;]+)+[/\\]", ""),      # directories; the file name stays
     (r"\b(GPU|NPU|XPU|cuda|npu|xpu)\s*:?\s*\d+", r"\1"),                        # device ordinals
     (r"\bline \d+|(?<=\.py):\d+|(?<=\.cpp):\d+|(?<=\.cc):\d+", ""),            # line numbers

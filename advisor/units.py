@@ -4,15 +4,16 @@ import re
 
 _FACTORS = {
     "b": 1, "byte": 1, "bytes": 1,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50, "eib": 2**60,
     # Decimal-looking units: PyTorch's old messages and DeepSpeed print "GB" meaning GiB-ish
     # values computed with 1024 divisors, so they are read as binary units.
-    "kb": 2**10, "mb": 2**20, "gb": 2**30, "tb": 2**40,
+    "kb": 2**10, "mb": 2**20, "gb": 2**30, "tb": 2**40, "pb": 2**50, "eb": 2**60,   # "more than 1EB": overflowed
     "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40,
 }
 
-SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|byte|[KMGT]i?B|B)\b"
-_SIZE_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]i?B|bytes?|B|[KMGT])\b", re.I)
+SIZE = r"\d+(?:\.\d+)?\s*(?:bytes|byte|[KMGTPE]i?B|B)\b"
+# a bare letter stays K-T: "1e-5" is no exabyte
+_SIZE_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGTPE]i?B|bytes?|B|[KMGT])\b", re.I)
 
 
 def to_gib(text):

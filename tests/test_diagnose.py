@@ -226,3 +226,36 @@ def test_a_message_cut_at_a_space_keeps_its_head_from_the_line_above():
            "79.35 GiB total capacity; 77.16 GiB already allocated; 272.19 MiB free; 77.16 GiB reserved in total by PyTorch)\n")
     d = diagnose_text(log, with_plan=False)
     assert (d.rule, d.phase, d.component) == ("OOM411", "checkpoint_save", "weights")
+
+
+def test_the_trainers_notebook_bar_is_training_progress():
+    """A notebook renders the HF Trainer's bar as "[ 501/1500 06:35 < 13:11, 1.26 it/s, Epoch 1/3]"."""
+    log = (" [ 501/1500 06:35 < 13:11, 1.26 it/s, Epoch 1/3]\nStep\tTraining Loss\n"
+           "OutOfMemoryError                          Traceback (most recent call last)\n")
+    d = diagnose_text(log, with_plan=False)
+    assert (d.verdict, d.phase) == ("device_oom", "mid_training")
+    assert "501" in d.basis["phase"]
+
+
+def test_a_bar_over_tensor_names_is_loading_weights():
+    log = ("ram used: 11.98 GB, layers.27.feed_forward.w2.weight      :  85%|######5  | 249/292 [00:41<00:07,  6.01it/s]\n"
+           "Error processing tensor for shard: CUDA Error 2, out of memory\n")
+    d = diagnose_text(log, with_plan=False)
+    assert (d.verdict, d.phase, d.component) == ("device_oom", "load", "weights")
+
+
+def test_an_ipython_frame_reads_the_line_its_arrow_marks():
+    """IPython quotes numbered context lines around the call that ran; that call is the frame's source."""
+    from advisor.reader import read_text
+    from advisor.traceback import frames_of
+    log = ("/tmp/ipykernel_31/21731.py in train(args)\n"
+           "    205 \n"
+           "    206                     # forward and backward\n"
+           "--> 207                     loss.backward()\n"
+           "    208                     optimizer.step()\n"
+           "\n"
+           "/usr/lib/python3.11/site-packages/torch/_tensor.py in backward(self, gradient)\n"
+           "    520             )\n"
+           "--> 521         torch.autograd.backward(\n")
+    frames = frames_of(read_text(log))
+    assert [(f.func, f.source) for f in frames] == [("train", "loss.backward()"), ("backward", "torch.autograd.backward(")]

@@ -137,6 +137,11 @@ def test_host_bytes():
     ("Loading checkpoint shards:  25%|##5       | 1/4 [00:08<00:24,  8.08s/it]/home/u/run.sh: line 14: 3103923 Killed"
      "                  python train.py --config cfg.yaml", sig.HOST_KILL),
     ("Loading checkpoint shards:  50%|#####     | 4/8 [02:10<02:22, 35.73s/it]Killed", sig.HOST_KILL),
+    # the shell's "Killed" in a Chinese locale (glibc's zh_CN and zh_TW translations of SIGKILL)
+    ("已杀死", sig.HOST_KILL),
+    ("./train.sh: 行 9: 41233 已杀死               python train.py", sig.HOST_KILL),
+    ("已砍掉", sig.HOST_KILL),
+    ("Error processing tensor for shard: CUDA Error 2, out of memory", sig.DEVICE_OOM),
 ])
 def test_more_memory_dialects(line, kind):
     assert sig.classify(line)[0] == kind
@@ -164,3 +169,41 @@ def test_a_cut_message_that_lists_only_the_failing_process_has_no_other_process(
     assert sig.parse_numbers(cut)["other_processes_gib"] == 0.0
     # cut before that point, the listed process may be another one: it stays counted
     assert sig.parse_numbers(cut[:cut.index(" Of th")])["other_processes_gib"] == pytest.approx(10.95)
+
+
+@pytest.mark.parametrize("line,kind,acc,tried", [
+    # TensorFlow's pinned host buffer names the CUDA error, but the memory that ran out is the host's
+    ("2024-10-22 09:22:17.233584: W tensorflow/core/common_runtime/device/device_host_allocator.h:46] could not "
+     "allocate pinned host memory of size: 34359738368", sig.HOST_OOM, None, 32.0),
+    ("2024-10-22 09:22:17.233972: E tensorflow/stream_executor/cuda/cuda_driver.cc:802] failed to alloc 8589934592 "
+     "bytes on host: CUDA_ERROR_OUT_OF_MEMORY: out of memory", sig.HOST_OOM, None, 8.0),
+    ("2023-11-01 16:19:17.812101: E tensorflow/compiler/xla/stream_executor/cuda/cuda_driver.cc:606] failed to allocate "
+     "1.50GiB (1610612736 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory", sig.DEVICE_OOM, "cuda", 1.5),
+    ("E rocm_driver.cc:606] failed to allocate 2.00GiB (2147483648 bytes) from device: HIP_ERROR_OutOfMemory",
+     sig.DEVICE_OOM, "rocm", 2.0),
+    # Apple MLX: one buffer over Metal's limit
+    ("RuntimeError: [metal::malloc] Attempting to allocate 4294967296 bytes which is greater than the maximum allowed "
+     "buffer size of 3221225472 bytes.", sig.DEVICE_OOM, "mps", 4.0),
+])
+def test_allocators_that_count_in_bytes(line, kind, acc, tried):
+    assert sig.classify(line)[0] == kind
+    if acc:
+        assert sig.accelerator_of(line) == acc
+    assert sig.parse_numbers(line)["tried_gib"] == pytest.approx(tried)
+
+
+def test_a_logger_line_that_only_opens_a_traceback_is_not_its_error():
+    """"…failed due to an exception: Traceback (most recent call last):" introduces the error; the
+    exception line at the trace's end says what it was."""
+    assert sig.classify("ERROR    | 2024-08-29 06:16:31 | trainers.common:wrapper:120 - train has failed due to an "
+                        "exception: Traceback (most recent call last):") is None
+    assert sig.classify("ERROR    | 2024-08-29 06:16:31 | trainers.common:wrapper:121 - train has failed") is not None
+
+
+def test_a_request_of_an_exabyte_is_an_overflowed_size_even_with_no_card_named():
+    from advisor.pipeline import diagnose_text
+    d = diagnose_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate more than 1EB memory.\n")
+    assert (d.verdict, d.rule) == ("device_oom", "OOM207")
+    assert d.plan[0]["action"] == "fix_non_memory_bug"
+    # a real request with no card named is not one
+    assert diagnose_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 300.00 GiB.\n").rule != "OOM207"
