@@ -14,7 +14,8 @@ import os
 import re
 import stat
 
-FINGERPRINT_VERSION = "v2"      # v2: a component decided by sizes alone is read as unknown (triage.id_key)
+FINGERPRINT_VERSION = "v3"      # v2: a component decided by sizes alone is read as unknown (triage.id_key);
+                                # v3: a long phrase ends before its argument list (triage._phrase)
 _FACT_KEYS = ("framework", "model", "step")
 _MEM_KEYS = ("total_gib", "tried_gib", "reserved_unallocated_gib", "allocated_by_pytorch_gib")
 _PLAN_KEYS = ("action", "display", "alternative")

@@ -348,7 +348,9 @@ def _same(text):
 _FRAME_END = re.compile(r"line \d+, in [\w<>.]+$")
 _RANK_TAG = re.compile(r"\[rank\d+\]:")
 _GLUED_RANK = re.compile(r"(?<=\S)" + _RANK_TAG.pattern)
-_GLUED = re.compile(r"(?:/s|/it)\](?=[^\s,|\]])")   # tqdm's closing bracket with the next output glued on
+# tqdm's closing bracket, after its rate or its postfix ("…17.85s/it, lr=1e-05, loss=0.3]"), with the
+# next output glued on
+_GLUED = re.compile(r"(?:/s|/it)(?:, [^\[\]\n]{0,300})?\](?=[^\s,|\]])")
 
 
 def logical_lines(stream, start_no=1):
@@ -372,7 +374,7 @@ def _glue_in(text):
     """True when a line of `text` (lines joined by newlines) holds what _unglued splits off: one
     search for the bars, and a literal search for rank tags, each then asked what stands before it
     (a lookbehind would make re try every position)."""
-    if ("/s]" in text or "/it]" in text) and _GLUED.search(text):
+    if ("/s" in text or "/it" in text) and _GLUED.search(text):
         return True
     return "[rank" in text and any(m.start() > 0 and not text[m.start() - 1].isspace() for m in _RANK_TAG.finditer(text))
 
@@ -387,7 +389,7 @@ def _unglued(line):
             yield Line(line.no, text[:m.start()], line.rank)
             text, rank = strip_wrappers(text[m.start():])
             line = Line(line.no, text, rank)
-    while "/s]" in text or "/it]" in text:
+    while "/s" in text or "/it" in text:
         m = _GLUED.search(text)
         if m is None:
             break

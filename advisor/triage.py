@@ -61,6 +61,7 @@ _QUALIFIED = re.compile(r"(?:[A-Za-z_]\w*\.)+(?=[A-Z]\w*(?:Error|Exception)\b)")
 _EXC_HEAD = re.compile(r"^.*?(?=\b[A-Z]\w*(?:Error|Exception)\s*:)")
 _OOM_WORDS = re.compile(r"out of mem|outofmemory", re.I)
 _DEVICE = re.compile(r"\b(CUDA|HIP|NPU|XPU|MPS|MUSA)\b( error:)?")
+_ARGS_AFTER = 40         # characters of phrase before which a "(" is part of it (a short message's detail)
 _VOLATILE_TAIL = re.compile(r"\s*(?:of binary:.*|\(pid\).*)$")
 
 
@@ -84,7 +85,11 @@ def _phrase(text):
         dev = _DEVICE.search(head)
         head = f"{dev.group(1)} error: out of memory" if dev and dev.group(2) else \
             f"OutOfMemoryError: {dev.group(1) + ' ' if dev else ''}out of memory"
-    return _VOLATILE_TAIL.sub("", head)[:200]
+    head = _VOLATILE_TAIL.sub("", head)
+    # an argument list after a long enough head ("…timeout: WorkNCCL(SeqNum=#, OpType=…, Timeout(ms)=#)"):
+    # its values vary by rank and op, and it is what a wrap that was not re-joined cuts first
+    paren = head.find("(", _ARGS_AFTER)
+    return (head[:paren].rstrip() if paren > 0 else head)[:200]
 
 
 def _frame(text):

@@ -1,6 +1,9 @@
 """Triage recall and purity on mutated copies of the real logs (../shared/real_logs/*/log.txt).
 
-    python benchmarks/triage_real.py [--copies 4] [--seed 0] [--show]
+    python benchmarks/triage_real.py [--copies 4] [--seed 0] [--show] [--logs DIR]
+
+`--logs` takes another folder laid out like real_logs (<case>/log.txt): a held-out set of logs the
+tool was never tuned on measures how grouping generalises.
 
 Each real log gets `--copies` mutated copies: the triage benchmark's mutations (sizes, PIDs,
 timestamps, line numbers, homes, padding, rank prefixes, encodings; not its wrap) and then the way a
@@ -51,8 +54,9 @@ def main():
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--show", action="store_true", help="list every copy that left its original's group")
     ap.add_argument("--keep", metavar="DIR", help="write the copies into DIR and keep them")
+    ap.add_argument("--logs", metavar="DIR", type=Path, default=REAL, help="the folder of <case>/log.txt (default: real_logs)")
     args = ap.parse_args()
-    originals = sorted(REAL.glob("*/log.txt"))
+    originals = sorted(args.logs.glob("*/log.txt"))
     alone = run_triage([str(p) for p in originals], jobs=args.jobs)
     truth_of = {m: g["id"] for g in alone["groups"] for m in g["members"]}
     key_of = {m: (g["verdict"], g["rule"], g["phase"], g["component"]) for g in alone["groups"] for m in g["members"]}

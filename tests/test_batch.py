@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from advisor import batch
+from advisor.batch import FINGERPRINT_VERSION
 from advisor.triage import group, summary
 from advisor.triage_cli import run_triage
 
@@ -48,7 +49,7 @@ def test_rows_are_flat_and_fingerprinted(corpus):
     assert [r["id"] for r in errors] == [p for p in paths if p.endswith("broken.log")]
     for r in rows:
         if "error" not in r:
-            assert r["source"] == r["id"] and r["fingerprint"].startswith("v2:")
+            assert r["source"] == r["id"] and r["fingerprint"].startswith(FINGERPRINT_VERSION + ":")
             assert {"verdict", "rule", "phase", "component", "accelerator", "memory", "signature"} <= set(r)
 
 
@@ -107,7 +108,7 @@ def test_fingerprint_is_stable(corpus, tmp_path):
     assert batch.diagnose_item(str(copy), str(copy))["fingerprint"] == row["fingerprint"]
     # one signature alone: its group's id is the fingerprint's hash
     single = batch.finish(batch.partial([row]))["groups"][0]
-    assert row["fingerprint"] == "v2:" + single["id"]
+    assert row["fingerprint"] == FINGERPRINT_VERSION + ":" + single["id"]
     # other failures have other fingerprints
     others = {r["fingerprint"] for r in rows if "error" not in r and r["signature"] != row["signature"]}
     assert row["fingerprint"] not in others

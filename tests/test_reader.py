@@ -123,6 +123,9 @@ def test_output_glued_after_a_bar_is_a_line_of_its_own():
         (2, " 3%|▎ | 3/100 [00:09<04:50,  3.00s/it]", None), (2, "Traceback (most recent call last):", 1)]
     bar_with_postfix = " 3%|▎ | 3/100 [00:09<04:50,  3.00s/it, loss=1.2]"
     assert [ln.text for ln in lines_of(bar_with_postfix.encode())] == [bar_with_postfix]
+    # a postfix after the rate (accelerate scripts' `lr=…, step_loss=…`) ends at the same bracket
+    glued = lines_of(f"{bar_with_postfix}ERROR: Unexpected bus error encountered in worker.\n".encode())
+    assert [ln.text for ln in glued] == [bar_with_postfix, "ERROR: Unexpected bus error encountered in worker."]
 
 
 def test_one_record_wrapped_twice_without_a_known_phrase_cut_is_rejoined():

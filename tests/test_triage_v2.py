@@ -188,3 +188,14 @@ def test_a_launcher_tail_is_not_part_of_the_signature():
     a = _phrase("torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 0 (pid: 4711) of binary: /usr/bin/python3")
     b = _phrase("torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 0 (pid: 99) of binary: /opt/conda/bin/python")
     assert a == b and "binary" not in a
+
+
+def test_an_argument_list_a_wrap_cut_does_not_split_the_phrase():
+    """A long phrase ends before its argument list: the values vary by rank and op, and a wrap that was
+    not re-joined cuts it first."""
+    whole = ("[E1123 00:52:57.66 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation timeout: "
+             "WorkNCCL(SeqNum=1516, OpType=ALLREDUCE, NumelIn=25427968, Timeout(ms)=600000) ran for 600017 milliseconds")
+    cut = whole[:whole.index("OpType")]
+    assert _phrase(whole) == _phrase(cut) and _phrase(whole).endswith("timeout: WorkNCCL")
+    # a short message keeps its parentheses: there they are the detail that tells failures apart
+    assert _phrase("ValueError: bad shape (3, 4)") == "ValueError: bad shape (#, #)"
