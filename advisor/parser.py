@@ -35,7 +35,7 @@ _BAR_NOTEBOOK = re.compile(r"\[\s*(?P<n>\d+)/(?P<total>\d+) [\d:]+(?: < [\d:]+)?
 _TENSOR_NAME = re.compile(r"\w\.(?:weight|bias)\b")
 # a training bar cut after "N%|" (a narrow terminal, a paste): its percentage is all it says
 _BAR_CUT = re.compile(r"^\s*(?P<desc>)(?P<pct>\d{1,3})%\|(?P<n>)(?P<total>)")
-_LOSS_LINE = re.compile(r"\b(?:step|iter\w*)\s*:?\s*\d+\b.{0,200}?\bloss\b\s*[:=]?\s*-?\d"
+_LOSS_LINE = re.compile(r"\b(?:[Ss]teps?|[Ii]ter\w*)\s*:?\s*\d+\b.{0,200}?\b[Ll]oss\b\s*[:=]?\s*-?\d"
                         # "Epoch: [1][45/48]  Time 0.55  Loss 70.6": a custom loop's counter, then its loss
                         r"|(?:Epoch|epoch|Step|Iter|Batch)\W{1,3}(?:\d+\W{1,3})?\d+\s*/\s*\d+\b.{0,200}?\b[Ll]oss\b\W{0,3}-?\d")
 # the script a launcher ran: "python -u x.py", torchrun/deepspeed/accelerate lines, DeepSpeed's echoed argv
@@ -47,6 +47,9 @@ _MEM_POINT = re.compile(r"'memory\(GiB\)':\s*'?(?P<gib>[\d.]+)"
 MEMORY_POINTS = 64
 # a training loop announcing its start, in the words most loops use
 _TRAIN_START = re.compile(r"(?:[Ss]tart(?:ing|ed)?|[Bb]egin(?:ning)?) (?:the )?(?:model )?training\b|[Tt]raining (?:started|begins)")
+# an evaluation announced in the words most loops use ("Starting final eval...", "Running validation")
+_EVAL_START = re.compile(r"(?:[Ss]tart(?:ing|ed)?|[Bb]egin(?:ning)?|[Rr]unning|[Pp]erforming) (?:the )?(?:final )?"
+                         r"(?:eval(?:uation)?|validation|testing)\b")
 _DICT = re.compile(r"\{'(loss|eval_loss|train_runtime|eval_runtime|predict_loss)'")
 _BANNER = re.compile(r"(?:^|\s)(Num examples|Num Epochs|Instantaneous batch size per device|Total train batch size "
                      r"\(w\. parallel, distributed & accumulation\)|Gradient Accumulation steps|Total optimization steps"
@@ -99,7 +102,7 @@ _PROGRESS_WORDS = ("%", "{'", "oss", "Epoch")
 _MARKER_WORDS = ("*****", "aving", "saved", "oad", "nstantiating", "uantizing", "zero.init", "trainable params",
                  "model checkpoint weights were used", "Gradient checkpointing enabled", "Fine-tuning method",
                  "DeepSpeed", "ZeRO", "optimizer states", "__init__]", "Starting trainer", "Unsloth - 2x faster",
-                 "raining", "Batch generation can be very slow")
+                 "raining", "Batch generation can be very slow", "eval", "alidation", "testing")
 # a launcher's flags: _ARG's names (a separator line of dashes holds none)
 _ARG_WORDS = ("--model", "--per_device_", "--gradient_", "--cutoff_len", "--max_seq_length", "--finetuning_type",
               "--quantization_bit", "--deepspeed", "--lora_", "--bf16", "--fp16", "--nproc_per_node")
@@ -420,6 +423,8 @@ class Parser:
             self._mark("train_done", line)
         elif "Saving prediction results" in text or "Batch generation can be very slow" in text:
             self._mark("predict", line)
+        elif ("eval" in text or "alidation" in text or "testing" in text) and _EVAL_START.search(text):
+            self._enter_eval(line)
 
     # ---- facts -----------------------------------------------------------------------------
     def _set(self, name, value, line, overwrite=False):

@@ -52,6 +52,10 @@ _PATTERNS = [
     (HOST_OOM, "bad_alloc", r"std::bad_alloc|Cannot allocate memory|Unable to allocate [\d.]+ \w+ for an array"
                             r"|paging file is too small"),
     (HOST_OOM, "bad_alloc", r"^(?:\w+\.)*_?(?:Array|Arrow)?MemoryError\b"),
+    # Rust's allocator aborting (HF tokenizers, safetensors): "memory allocation of 2097152 bytes failed"
+    (HOST_OOM, "rust_alloc", r"memory allocation of \d+ bytes failed"),
+    # Slurm's cgroup enforcing the job's memory request
+    (HOST_OOM, "slurm", r"Exceeded (?:job|step) memory limit|exceeded memory limit \(\d+ > \d+\), being killed"),
     # a DataLoader worker that could not map its batch into /dev/shm: host memory (LABELS 7)
     (HOST_OOM, "shared_memory", r"insufficient shared memory|out of shared memory|No space left on device.{0,80}?/dev/shm"
                                 r"|/dev/shm.{0,80}?No space left"),
@@ -88,7 +92,7 @@ _KEYS = ("rror", "memory", "xception", "xit", "Kill", "kill", "SIG", "ignal", "A
          "terminate", "what()", "death", "Bus", "ubprocess", "Root Cause", "Interrupt", "OOM", "oom", "EL0004",
          "Resources", "STATUS", "low on", "failed", "shm", "ailure", "ERROR", "KV cache", "FAIL", "Memory on the node",
          "bad_alloc", "Unable to allocate", "已杀死", "已砍掉", "pinned host", "on host", "_OUT_OF_MEMORY", "OutOfMemory",
-         "OOM when", "metal::malloc", "CallbackErrorOutOfMemory", "paging file", "No space left", "= -9", "Search for `", "Watchdog", "FATAL",
+         "OOM when", "metal::malloc", "CallbackErrorOutOfMemory", "memory allocation of", "memory limit", "paging file", "No space left", "= -9", "Search for `", "Watchdog", "FATAL",
          "CRITICAL", "Traceback (most recent call last)")
 
 
@@ -154,7 +158,8 @@ _S = r"(?<!\d)(\d{1,15}(?:\.\d+)?\s*(?:bytes|[KMGTPE]i?B))"   # from a number's 
 _W = r"\s*"
 _FIELDS = {
     "tried": re.compile(r"(?:Tried|tried)" + _W + "to" + _W + "allocate" + _W + r"(?:more" + _W + "than" + _W + ")?" + _S),
-    "total": re.compile(r"total" + _W + r"capac(?:i)?ty" + _W + "of" + _W + _S + r"|" + _S + _W + "total" + _W + "capacity"),
+    # "(GPU 0; 12.00 GiB total" where a paste ends: the capacity, cut before its word
+    "total": re.compile(r"total" + _W + r"capac(?:i)?ty" + _W + "of" + _W + _S + r"|" + _S + _W + "total" + r"(?:" + _W + r"capacity|\s*$)"),
     # "of which X is free", kept when a paste cuts it after the number (nothing else says "of which")
     "free": re.compile(r"of" + _W + "which" + _W + _S + "|" + _S + _W + r"free\s*[;)]"),
     "allocated": re.compile(r"Of" + _W + "the" + _W + "allocated" + _W + "memory" + _W + _S    # kept when a paste cuts the rest

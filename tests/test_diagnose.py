@@ -259,3 +259,26 @@ def test_an_ipython_frame_reads_the_line_its_arrow_marks():
            "--> 521         torch.autograd.backward(\n")
     frames = frames_of(read_text(log))
     assert [(f.func, f.source) for f in frames] == [("train", "loss.backward()"), ("backward", "torch.autograd.backward(")]
+
+
+def test_a_custom_loops_step_and_loss_count_as_progress():
+    log = "".join(f"Epoch 0 |   Training | Elapsed Time: 0:00:15 | Steps: {i} | Loss: 24.58\n" for i in range(80, 95)) + \
+        "slurmstepd: error: Job 7518 exceeded memory limit (626359956 > 512000000), being killed\n"
+    d = diagnose_text(log, with_plan=False)
+    assert (d.verdict, d.phase, d.component) == ("host_oom", "mid_training", "host_memory")
+
+
+def test_an_evaluation_the_loop_announces_is_the_phase():
+    log = ("step 300: loss 1.20\nTraining completed in 302.5s\nStarting final eval...\n"
+           "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 23.65 GiB total capacity; "
+           "21.00 GiB already allocated; 1.00 GiB free; 21.50 GiB reserved in total by PyTorch)\n")
+    assert diagnose_text(log, with_plan=False).phase == "evaluation"
+
+
+def test_a_module_under_an_evaluation_folder_is_evaluation():
+    log = ('  File "/work/DeFRCN/defrcn/evaluation/archs/resnet.py", line 203, in forward\n    x = self.layer3(x)\n'
+           '  File "/env/lib/python3.8/site-packages/torch/nn/modules/conv.py", line 419, in forward\n'
+           '    return self._conv_forward(input, self.weight)\n'
+           "RuntimeError: CUDA out of memory. Tried to allocate 32.00 MiB (GPU 0; 14.56 GiB total capacity; "
+           "13.34 GiB already allocated; 15.50 MiB free; 13.57 GiB reserved in total by PyTorch)\n")
+    assert diagnose_text(log, with_plan=False).phase == "evaluation"

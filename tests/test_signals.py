@@ -142,6 +142,10 @@ def test_host_bytes():
     ("./train.sh: 行 9: 41233 已杀死               python train.py", sig.HOST_KILL),
     ("已砍掉", sig.HOST_KILL),
     ("Error processing tensor for shard: CUDA Error 2, out of memory", sig.DEVICE_OOM),
+    # Rust's allocator aborting inside a tokenizer: host memory
+    ("memory allocation of 2097152 bytes failed", sig.HOST_OOM),
+    ("slurmstepd: error: Job 7518 exceeded memory limit (626359956 > 512000000), being killed", sig.HOST_OOM),
+    ("slurmstepd: error: Exceeded job memory limit", sig.HOST_OOM),
 ])
 def test_more_memory_dialects(line, kind):
     assert sig.classify(line)[0] == kind
@@ -207,3 +211,8 @@ def test_a_request_of_an_exabyte_is_an_overflowed_size_even_with_no_card_named()
     assert d.plan[0]["action"] == "fix_non_memory_bug"
     # a real request with no card named is not one
     assert diagnose_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 300.00 GiB.\n").rule != "OOM207"
+
+
+def test_a_paste_cut_after_the_capacity_keeps_it():
+    mem = sig.parse_numbers("RuntimeError: CUDA out of memory. Tried to allocate 100.00 MiB (GPU 0; 12.00 GiB total")
+    assert (mem["tried_gib"], mem["total_gib"]) == (pytest.approx(100 / 1024), 12.0)
