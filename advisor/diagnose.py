@@ -106,6 +106,14 @@ def _error_block(window, idx, limit=6):
     return "\n".join(text)
 
 
+_HEADER = "Traceback (most recent call last):"
+
+
+def _opens_traceback(text):
+    """A traceback's header, or the start of one where the paste ends ("…it/s]Traceback (most r")."""
+    return _HEADER[:-1] in text or len(text) >= 11 and _HEADER.startswith(text.rstrip())
+
+
 def _memory(t, window):
     """Numbers of the first OOM message of the final failure that carries numbers."""
     empty = sig.parse_numbers("")
@@ -208,7 +216,8 @@ def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rul
         after = _last_progress_line(t)
         dframes = [f for f in frames if f.line > after]
         error_text = ""
-        traceback_open = any("Traceback (most recent call last)" in ln.text for ln in window if ln.no > after)
+        # on the last bar's own line too: a traceback glued after it shares its number
+        traceback_open = any(_opens_traceback(ln.text) for ln in window if ln.no >= after)
         cascades = [s for s in t.signals if s.kind == sig.CASCADE]
         signal = ("incomplete", "cascade" if cascades else "traceback") if dframes or traceback_open or cascades \
             else ("none", "none")

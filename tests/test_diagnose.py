@@ -282,3 +282,12 @@ def test_a_module_under_an_evaluation_folder_is_evaluation():
            "RuntimeError: CUDA out of memory. Tried to allocate 32.00 MiB (GPU 0; 14.56 GiB total capacity; "
            "13.34 GiB already allocated; 15.50 MiB free; 13.57 GiB reserved in total by PyTorch)\n")
     assert diagnose_text(log, with_plan=False).phase == "evaluation"
+
+
+def test_a_traceback_glued_after_the_last_bar_and_cut_in_its_header_is_incomplete():
+    """The paste ends inside the header of a traceback that tqdm's last bar drew no newline before."""
+    log = "Unsloth 2024.5 patched 32 layers.\n  0%|          | 0/769 [00:00<?, ?it/s]Traceback (most r"
+    d = diagnose_text(log, with_plan=False)
+    assert d.verdict == "incomplete"
+    assert diagnose_text("Unsloth 2024.5 patched 32 layers.\n  0%|          | 0/769 [00:00<?, ?it/s]\n",
+                         with_plan=False).verdict == "no_failure"
