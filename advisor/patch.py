@@ -126,19 +126,18 @@ def _dumped_text(config, changes):
 
 # ---- line edits ---------------------------------------------------------------------------------
 def _edited_text(config, changes):
-    """Edit the lines of the changed keys in place; None when a change needs more than a line edit
-    (a block value, a nested key, a one-line JSON document)."""
+    """Edit the changed keys in place: JSON by their values' bytes (json_edit), YAML line by line;
+    None when a change needs more than that (a YAML block value or nested insert)."""
+    todo = {key: new for key, (_, new) in changes.items() if not _already(config, key, new)}
+    if config.format == "json":
+        from .json_edit import edited
+        return edited(config.text, todo)
     lines = config.text.splitlines(keepends=True)
     newline = "\r\n" if lines and lines[0].endswith("\r\n") else "\n"
-    edit = _json_line if config.format == "json" else _yaml_line
-    for key, (_, new) in changes.items():
-        old = get_path(config.data, key)
-        old = _MISSING if old is MISSING else old
-        if old is not _MISSING and old == new and isinstance(old, bool) == isinstance(new, bool):
-            continue                        # already so: the line stays as the user wrote it
-        i = _key_line(lines, key, config.format)
+    for key, new in todo.items():
+        i = _key_line(lines, key)
         if i is not None:
-            line = edit(lines[i], key, new)
+            line = _yaml_line(lines[i], key, new)
             if line is None:
                 return None
             lines[i] = line
@@ -147,16 +146,15 @@ def _edited_text(config, changes):
     return "".join(lines)
 
 
-_MISSING = object()
+def _already(config, key, new):
+    """The file already says `new` for `key` (a bool only as a bool): its text stays as written."""
+    old = get_path(config.data, key)
+    return old is not MISSING and old == new and isinstance(old, bool) == isinstance(new, bool)
 
 
-def _key_line(lines, key, fmt):
-    """Index of the line that sets `key` (JSON: a top-level member; YAML: a top-level key, or a
-    dotted path `fsdp_config.fsdp_activation_checkpointing` followed down its indented blocks)."""
-    if fmt == "json":
-        rx = re.compile(rf'^ {{{_json_indent("".join(lines))}}}"{re.escape(key)}"\s*:')
-        hits = [i for i, ln in enumerate(lines) if rx.match(ln)]
-        return hits[0] if len(hits) == 1 else None
+def _key_line(lines, key):
+    """Index of the YAML line that sets `key`: a top-level key, or a dotted path
+    `fsdp_config.fsdp_activation_checkpointing` followed down its indented blocks."""
     parts = [key] if "." not in key or _yaml_key_at(lines, key, "", 0, len(lines)) is not None else key.split(".")
     lo, hi, indent, found = 0, len(lines), "", None
     for part in parts:
@@ -228,28 +226,15 @@ def _yaml_token(value, old):
     return value
 
 
-_JSON_LINE = re.compile(r'^(?P<head>\s*"(?:[^"\\]|\\.)*"\s*:\s*)'
-                        r'(?P<value>"(?:[^"\\]|\\.)*"|-?[\d.eE+-]+|true|false|null)(?P<tail>\s*,?\s*)$')
-
-
-def _json_line(line, key, new):
-    m = _JSON_LINE.match(line)
-    if m is None or isinstance(new, (list, dict)):
-        return None
-    return m.group("head") + json.dumps(new, ensure_ascii=False) + m.group("tail")
-
-
 def _insert_line(lines, key, value, config, newline):
-    """A missing key: YAML puts it after its related key's value (its block, not the comments and
-    blank lines after it, which belong to what follows); JSON appends it as the last member."""
-    if config.format == "json":
-        return _insert_json(lines, key, value, newline)
+    """A missing YAML key goes after its related key's value (its block, not the comments and blank
+    lines after it, which belong to what follows)."""
     token = _yaml_token(value, "")
     if token is None:
         return False
     anchor = next((k for k in RELATED.get(key, []) if k in config.data), None)
     if anchor is not None:
-        start = _key_line(lines, anchor, "yaml")
+        start = _key_line(lines, anchor)
         if start is None:
             return False
     else:
@@ -268,22 +253,6 @@ def _insert_line(lines, key, value, config, newline):
     if not lines[end].endswith("\n"):
         lines[end] += newline
     lines.insert(end + 1, f"{key}: {token}{newline}")
-    return True
-
-
-def _insert_json(lines, key, value, newline):
-    close = max((i for i, ln in enumerate(lines) if ln.strip()), default=None)
-    if close is None or lines[close].strip() != "}" or close == 0:
-        return False
-    last = max((i for i in range(close) if lines[i].strip()), default=None)
-    m = _JSON_LINE.match(lines[last]) if last is not None else None
-    if m is None or m.group("tail").strip():
-        return False                        # the last member is not a one-line scalar
-    ending = lines[last][len(lines[last].rstrip("\r\n")):] or newline
-    sep = re.search(r'"\s*:\s*', m.group("head")).group(0)[1:]
-    indent = m.group("head")[:len(m.group("head")) - len(m.group("head").lstrip())]
-    lines[last] = lines[last].rstrip("\r\n") + "," + ending
-    lines.insert(last + 1, f"{indent}{json.dumps(key)}{sep}{json.dumps(value, ensure_ascii=False)}{ending}")
     return True
 
 

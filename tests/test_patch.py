@@ -93,6 +93,32 @@ def test_json_stays_json(tmp_path, data, changes, indent):
     assert new.splitlines()[1].startswith(" " * indent + '"')
 
 
+def test_a_nested_json_change_keeps_every_other_byte(tmp_path):
+    """A key added inside a nested object (DeepSpeed's zero_optimization) or changed deep down touches
+    only its own bytes: numbers keep their spelling, one-line arrays stay on one line, CRLF stays."""
+    text = ('{\r\n  "warmup_ratio": 2.0e-5,\r\n  "weight_decay": 1E-2,\r\n  "betas": [0.9,0.95],\r\n'
+            '  "zero_optimization": {\r\n    "stage": 2,\r\n    "overlap_comm": true\r\n  },\r\n'
+            '  "bf16": {"enabled": "auto"}\r\n}\r\n')
+    path = tmp_path / "ds.json"
+    path.write_bytes(text.encode())
+    config = load_config(str(path))
+    new = patched_text(config, {"zero_optimization.offload_optimizer.device": [None, "cpu"],
+                                "zero_optimization.stage": [2, 3], "bf16.enabled": ["auto", True]})
+    assert json.loads(new)["zero_optimization"] == {"stage": 3, "overlap_comm": True, "offload_optimizer": {"device": "cpu"}}
+    kept = [ln for ln in text.split("\r\n") if "stage" not in ln and "overlap_comm" not in ln and "bf16" not in ln]
+    assert all(ln in new.split("\r\n") for ln in kept)
+    assert '    "overlap_comm": true,\r\n    "offload_optimizer": {\r\n      "device": "cpu"\r\n    }\r\n  },' in new
+    assert '  "bf16": {"enabled": true}\r\n' in new and "\n" not in new.replace("\r\n", "")
+
+
+def test_json_edits_refuse_what_they_cannot_do_in_place():
+    from advisor.json_edit import edited
+    assert edited('{"a": 1}', {"a.b": 2}) is None           # the way down holds a number
+    assert edited("[1, 2]", {"a": 1}) is None               # not an object
+    assert edited('{"a": 1', {"a": 2}) is None              # cut
+    assert edited('{"a": {}}', {"a.b": 1}) == '{"a": {"b": 1}}'
+
+
 # ---- --write safety -----------------------------------------------------------------------------
 LOG = ("Traceback (most recent call last):\n"
        '  File "/env/lib/python3.11/site-packages/transformers/trainer.py", line 3730, in training_step\n'
