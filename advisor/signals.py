@@ -135,10 +135,15 @@ def classify(text):
     if not _GATED:
         from .anchors import Gated
         _GATED.extend(Gated(p) for _, _, p in _PATTERNS)
+    found = None
     for i in order:
         if _GATED[i].search(text):
-            return _COMPILED[i][:2]
-    return None
+            if _COMPILED[i][0] != CASCADE:
+                return _COMPILED[i][:2] if found is None or STRENGTH[_COMPILED[i][0]] <= STRENGTH[HOST_KILL] else found
+            # a launcher's notice, unless the same line also says what killed the rank (a paste that
+            # lost its newlines: "…closing signal SIGTERM … failed (exitcode: -9)")
+            found = found or _COMPILED[i][:2]
+    return found
 
 
 def accelerator_of(text):

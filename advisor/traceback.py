@@ -12,7 +12,8 @@ _RICH = re.compile(r"│\s*(?P<path>[^\s│]+\.py):(?P<no>\d+) in (?P<func>\w+)"
 _BARE = re.compile(r"(?:^|\s)line (?P<no>\d+), in (?P<func>[\w<>.]+)\s*$")   # a frame cut before "File"
 _CPP = re.compile(r"^frame #\d+: ")
 _CONTEXT = re.compile(r"(?:-+>\s*)?\d+(?:\s|$)")      # IPython's numbered context lines (stripped)
-_ARROW = re.compile(r"\s*-+>\s*\d+\s(.*)")
+_ARROW = re.compile(r"\s*(?:-+>|│\s*❱)\s*\d+\s(.*)")
+_RICH_NAME = re.compile(r"\s*│\s*(\w+)\s*│?\s*$")
 FRAME_PATTERNS = (_CPYTHON, _IPYTHON, _RICH)     # a frame header: what a wrap must not be allowed to cut unseen
 
 
@@ -30,8 +31,9 @@ def parse_frame(text):
 def frames_of(lines):
     """All Python frames in `lines`, each with the source line that followed it."""
     texts = [ln.text for ln in lines]         # cheap substring tests first: frames are few
-    hits = [parse_frame(t) if "File" in t or "line" in t or "│" in t or ".py](" in t or ".py in " in t else None
-            for t in texts]
+    hits = [parse_frame(_rich_header(texts, i) if "│" in t else t)
+            if "File" in t or "line" in t or "│" in t or ".py](" in t or ".py in " in t else None
+            for i, t in enumerate(texts)]
     frames = []
     for i, (ln, hit) in enumerate(zip(lines, hits)):
         if not hit:
@@ -39,7 +41,7 @@ def frames_of(lines):
         source = ""
         if i + 1 < len(lines) and not hits[i + 1]:
             nxt = lines[i + 1].text.strip()
-            if _CONTEXT.match(nxt):
+            if _CONTEXT.match(nxt) or nxt[:1] == "│":
                 source = _arrow_line(texts, hits, i + 1)
             elif nxt and not _CPP.match(nxt) and not set(nxt) <= set("^~ "):
                 source = nxt[:300]
@@ -47,15 +49,28 @@ def frames_of(lines):
     return frames
 
 
+def _rich_header(texts, i):
+    """A rich box's frame header, with the function name the box wrapped onto the next line
+    ("│ …/bitsandbytes/nn/modules.py:268 in   │" then "│ _save_to_state_dict   │")."""
+    text = texts[i]
+    head = text.rstrip(" │")
+    if head.endswith(" in") and i + 1 < len(texts):
+        m = _RICH_NAME.match(texts[i + 1])
+        if m:
+            return head + " " + m.group(1)
+    return text
+
+
 def _arrow_line(texts, hits, start):
-    """IPython quotes numbered lines around the one that ran, marked by an arrow ("--> 207  x = f()"):
-    that one is the frame's source, not the first of the context."""
+    """IPython and rich quote numbered lines around the one that ran, marked by an arrow
+    ("--> 207  x = f()", "│ ❱ 268 │   │   x = f()   │"): that one is the frame's source, not the first
+    of the context."""
     for j in range(start, min(len(texts), start + 24)):
         if hits[j]:
             break
         m = _ARROW.match(texts[j])
         if m:
-            return m.group(1).strip()[:300]
+            return m.group(1).strip(" │")[:300].strip()
     return ""
 
 

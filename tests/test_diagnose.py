@@ -291,3 +291,25 @@ def test_a_traceback_glued_after_the_last_bar_and_cut_in_its_header_is_incomplet
     assert d.verdict == "incomplete"
     assert diagnose_text("Unsloth 2024.5 patched 32 layers.\n  0%|          | 0/769 [00:00<?, ?it/s]\n",
                          with_plan=False).verdict == "no_failure"
+
+
+def test_a_rich_frame_whose_name_the_box_wrapped_is_read_with_its_arrow_line():
+    from advisor.reader import Line
+    from advisor.traceback import frames_of
+    log = ("│ /env/lib/python3.10/site-packages/bitsandbytes/nn/modules.py:268 in                  │\n"
+           "│ _save_to_state_dict                                                                  │\n"
+           "│\n"
+           "│   267 │   │   │   if reorder_layout:\n"
+           "│ ❱ 268 │   │   │   │   self.weight.data = undo_layout(self.state.CxB, self.state.t\n"
+           "│   269 │   │   │\n")
+    lines = [Line(no, text) for no, text in enumerate(log.splitlines(), 1)]    # as the reader leaves a box
+    assert [(f.func, f.source) for f in frames_of(lines)] == [
+        ("_save_to_state_dict", "self.weight.data = undo_layout(self.state.CxB, self.state.t")]
+
+
+def test_a_line_that_lost_its_newlines_is_the_kill_it_reports_not_the_launchers_notice():
+    log = ("Loading checkpoint shards:   0%|          | 0/2 [00:00<?, ?it/s]WARNING:torch.distributed.elastic."
+           "multiprocessing.api:Sending process 899505 closing signal SIGTERM ERROR:torch.distributed.elastic."
+           "multiprocessing.api:failed (exitcode: -9) local_rank: 4 (pid: 899509) of binary: /usr/bin/python\n")
+    d = diagnose_text(log, with_plan=False)
+    assert (d.verdict, d.phase, d.component) == ("host_oom", "load", "host_memory")
