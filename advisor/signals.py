@@ -92,7 +92,8 @@ _KEYS = ("rror", "memory", "xception", "xit", "Kill", "kill", "SIG", "ignal", "A
          "terminate", "what()", "death", "Bus", "ubprocess", "Root Cause", "Interrupt", "OOM", "oom", "EL0004",
          "Resources", "STATUS", "low on", "failed", "shm", "ailure", "ERROR", "KV cache", "FAIL", "Memory on the node",
          "bad_alloc", "Unable to allocate", "已杀死", "已砍掉", "pinned host", "on host", "_OUT_OF_MEMORY", "OutOfMemory",
-         "OOM when", "metal::malloc", "CallbackErrorOutOfMemory", "memory allocation of", "memory limit", "paging file", "No space left", "= -9", "Search for `", "Watchdog", "FATAL",
+         "OOM when", "metal::malloc", "CallbackErrorOutOfMemory", "memory allocation of", "memory limit", "paging file",
+         "No space left", "= -9", "Search for `", "Watchdog", "FATAL",
          "CRITICAL", "Traceback (most recent call last)")
 
 
@@ -135,22 +136,28 @@ def classify(text):
     if not _GATED:
         from .anchors import Gated
         _GATED.extend(Gated(p) for _, _, p in _PATTERNS)
-    found = None
+    cascade = None
     for i in order:
-        if _GATED[i].search(text):
-            if _COMPILED[i][0] != CASCADE:
-                return _COMPILED[i][:2] if found is None or STRENGTH[_COMPILED[i][0]] <= STRENGTH[HOST_KILL] else found
-            # a launcher's notice, unless the same line also says what killed the rank (a paste that
+        if not _GATED[i].search(text):
+            continue
+        kind = _COMPILED[i][0]
+        if kind == CASCADE:
+            cascade = cascade or _COMPILED[i][:2]
+        elif cascade is None or STRENGTH[kind] <= STRENGTH[HOST_KILL]:
+            # a launcher's notice gives way to a kill or an OOM the same line reports (a paste that
             # lost its newlines: "…closing signal SIGTERM … failed (exitcode: -9)")
-            found = found or _COMPILED[i][:2]
-    return found
+            return _COMPILED[i][:2]
+        else:
+            break
+    return cascade
 
 
 def accelerator_of(text):
     """Which device family an OOM message names."""
     for word, acc in (("HIP", "rocm"), ("hip", "rocm"), ("NPU", "npu"), ("EL0004", "npu"), ("XPU", "xpu"),
-                      ("UR_RESULT", "xpu"), ("MPS", "mps"), ("metal", "mps"), ("kIOGPU", "mps"), ("CUDA", "cuda"), ("cuda", "cuda"), ("Cuda", "cuda"),
-                      ("CUBLAS", "cuda"), ("NVML", "cuda"), ("GPU", "cuda"), ("exceed allowed memory", "cuda")):
+                      ("UR_RESULT", "xpu"), ("MPS", "mps"), ("metal", "mps"), ("kIOGPU", "mps"), ("CUDA", "cuda"),
+                      ("cuda", "cuda"), ("Cuda", "cuda"), ("CUBLAS", "cuda"), ("NVML", "cuda"), ("GPU", "cuda"),
+                      ("exceed allowed memory", "cuda")):
         if word in text:
             return acc
     return "unknown"

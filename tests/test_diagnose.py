@@ -5,6 +5,9 @@ from advisor.pipeline import diagnose_text
 OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.15 GiB"
        " of which 1.00 GiB is free. Of the allocated memory 77.00 GiB is allocated by PyTorch, and 100.00 MiB is"
        " reserved by PyTorch but unallocated.")
+# the bracket form of PyTorch before 2.1
+OLD_OOM = ("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 23.65 GiB total capacity; "
+           "21.00 GiB already allocated; 1.00 GiB free; 21.50 GiB reserved in total by PyTorch)")
 
 
 def bars(start, stop, total=1000):
@@ -269,18 +272,14 @@ def test_a_custom_loops_step_and_loss_count_as_progress():
 
 
 def test_an_evaluation_the_loop_announces_is_the_phase():
-    log = ("step 300: loss 1.20\nTraining completed in 302.5s\nStarting final eval...\n"
-           "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 23.65 GiB total capacity; "
-           "21.00 GiB already allocated; 1.00 GiB free; 21.50 GiB reserved in total by PyTorch)\n")
+    log = f"step 300: loss 1.20\nTraining completed in 302.5s\nStarting final eval...\n{OLD_OOM}\n"
     assert diagnose_text(log, with_plan=False).phase == "evaluation"
 
 
 def test_a_module_under_an_evaluation_folder_is_evaluation():
     log = ('  File "/work/DeFRCN/defrcn/evaluation/archs/resnet.py", line 203, in forward\n    x = self.layer3(x)\n'
            '  File "/env/lib/python3.8/site-packages/torch/nn/modules/conv.py", line 419, in forward\n'
-           '    return self._conv_forward(input, self.weight)\n'
-           "RuntimeError: CUDA out of memory. Tried to allocate 32.00 MiB (GPU 0; 14.56 GiB total capacity; "
-           "13.34 GiB already allocated; 15.50 MiB free; 13.57 GiB reserved in total by PyTorch)\n")
+           f'    return self._conv_forward(input, self.weight)\n{OLD_OOM}\n')
     assert diagnose_text(log, with_plan=False).phase == "evaluation"
 
 
