@@ -20,6 +20,9 @@ STRENGTH = {DEVICE_OOM: 0, HOST_OOM: 0, HOST_KILL: 1, ERROR: 2, CASCADE: 3}
 # (3x faster over the lines that pass the key prefilter). Ray's memory monitor reports *host* memory
 # under the name OutOfMemoryError, so it is tested before PyTorch's.
 _PATTERNS = [
+    # a rank that crashed natively (SIGSEGV, SIGABRT, SIGBUS), as its launcher reports it: before the
+    # launcher's own notice, which the same line holds
+    (ERROR, "native", r"return code = -(?:11|6|7)\b|exitcode\s*:\s*-(?:11|6|7)\b|exit (?:code|status)\s*:?\s*(?:-11|139|134)\b"),
     (CASCADE, "launcher", r"closing signal SIG\w+|ChildFailedError|CalledProcessError|returned non-zero exit status"
                           r"|Killing subprocess|Root Cause \(first observed failure\)|process \d+ terminated with exit code"),
     (DEVICE_OOM, "caching_allocator", r"(?:CUDA|HIP|XPU|NPU) out of memory\b"),
@@ -78,7 +81,8 @@ _PATTERNS = [
                       r"|Received Signals\.SIG(?:HUP|TERM|INT) death signal"    # the launcher told to stop
                       r"|CUDNN_STATUS_\w+|OutOfResources|INTERNAL ASSERT FAILED"),
     # a CUDA kernel's assertion, printed once per failing thread before the exception that reports it
-    (ERROR, "device_assert", r"Assertion `[^`]*` failed"),
+    # (its condition may quote code in backticks of its own: "Assertion `probability tensor contains `inf`` failed")
+    (ERROR, "device_assert", r"Assertion `.{0,300}?` failed"),
     (ERROR, "exception", r"^(?:[\w]+\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)"),
     # a logger's error line, unless it only announces the traceback that follows (its error is at the end)
     (ERROR, "exception", r"^(?:ERROR|FATAL|CRITICAL)\b(?!.*Traceback \(most recent call last\):?\s*$).*(?:Error|error|failed)"),
@@ -93,7 +97,7 @@ _KEYS = ("rror", "memory", "xception", "xit", "Kill", "kill", "SIG", "ignal", "A
          "Resources", "STATUS", "low on", "failed", "shm", "ailure", "ERROR", "KV cache", "FAIL", "Memory on the node",
          "bad_alloc", "Unable to allocate", "已杀死", "已砍掉", "pinned host", "on host", "_OUT_OF_MEMORY", "OutOfMemory",
          "OOM when", "metal::malloc", "CallbackErrorOutOfMemory", "memory allocation of", "memory limit", "paging file",
-         "No space left", "= -9", "Search for `", "Watchdog", "FATAL",
+         "No space left", "= -9", "return code = -", "Search for `", "Watchdog", "FATAL",
          "CRITICAL", "Traceback (most recent call last)")
 
 

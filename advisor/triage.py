@@ -214,13 +214,18 @@ def _blocks(sig, depth=1):
     the same place; a wrap or a cut touches the outermost first); without, each of the two longest
     words of the error phrase (a prefix glued on, or a phrase cut at its start, keeps them)."""
     parts = sig.split(" | ")
+    # a long phrase is specific enough to meet its copies that show frames and those that lost them
+    # (a paste cut before the traceback, a wrap that made one line a frame)
+    own = [("phrase", parts[0])] if len(parts[0]) >= LONG_PHRASE else []
     if len(parts) > 1:
-        return [("frame",) + tuple(parts[1:1 + depth])]
+        return [("frame",) + tuple(parts[1:1 + depth])] + own
     words = sorted(set(_WORD.findall(parts[0])), key=lambda w: (-len(w), w))[:2]
-    return [("word", w) for w in words] or [("phrase", parts[0])]
+    return [("word", w) for w in words] + own or [("phrase", parts[0])]
 
 
-BLOCK_PAIRWISE = 400     # signatures in one block beyond which it is split by one more frame
+BLOCK_PAIRWISE = 400     # signatures in one block beyond which it is split by one more frame (a phrase
+                         # block that large is left out: its members still meet in their frame blocks)
+LONG_PHRASE = 80         # characters from which a phrase is a block of its own
 
 
 def _cluster(sigs):
@@ -252,6 +257,8 @@ def _cluster(sigs):
         for b, members in blocks.items():
             if len(members) > BLOCK_PAIRWISE and b[0] == "frame" and depth < MAX_FRAMES:
                 pending.append((depth + 1, members))
+                continue
+            if len(members) > BLOCK_PAIRWISE and b[0] == "phrase" and depth == 1:
                 continue
             for n, i in enumerate(members[:-1]):      # each pair once: i against the ones after it
                 rest = members[n + 1:]

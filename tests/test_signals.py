@@ -146,6 +146,11 @@ def test_host_bytes():
     ("memory allocation of 2097152 bytes failed", sig.HOST_OOM),
     ("slurmstepd: error: Job 7518 exceeded memory limit (626359956 > 512000000), being killed", sig.HOST_OOM),
     ("slurmstepd: error: Exceeded job memory limit", sig.HOST_OOM),
+    # a rank that crashed natively, as DeepSpeed's launcher reports it: a look-alike, not the launcher's notice
+    ("[ERROR] [launch.py:324:sigkill_handler] ['/usr/bin/python3', '-u', 'train.py'] exits with return code = -11",
+     sig.ERROR),
+    ("TensorCompare.cu:110: _assert_async_cuda_kernel: block: [0,0,0], thread: [0,0,0] Assertion `probability tensor "
+     "contains either `inf`, `nan` or element < 0` failed.", sig.ERROR),
 ])
 def test_more_memory_dialects(line, kind):
     assert sig.classify(line)[0] == kind

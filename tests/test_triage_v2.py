@@ -199,3 +199,15 @@ def test_an_argument_list_a_wrap_cut_does_not_split_the_phrase():
     assert _phrase(whole) == _phrase(cut) and _phrase(whole).endswith("timeout: WorkNCCL")
     # a short message keeps its parentheses: there they are the detail that tells failures apart
     assert _phrase("ValueError: bad shape (3, 4)") == "ValueError: bad shape (#, #)"
+
+
+def test_a_long_phrase_meets_its_copy_with_a_frame_the_original_lacks():
+    """Copies of one report, one of which shows a frame (a wrap made a line of it): a long phrase is a
+    block of its own, so they are compared and join; a short one does not pull framed reports in."""
+    long_phrase = ("WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 899505 closing signal "
+                   "SIGTERM WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 899506 closing signal")
+    kw = dict(verdict="host_oom", rule="OOM602", phase="load", component="host_memory")
+    groups = group([_d("a.log", long_phrase, **kw), _d("b.log", long_phrase, frames=[("torchrun", "<module>")], **kw)])
+    assert len(groups) == 1
+    short = group([_d("c.log"), _d("d.log", frames=[("trainer.py", "training_step")])])
+    assert len(short) == 2
