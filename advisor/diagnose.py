@@ -207,7 +207,8 @@ def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rul
     add_tables(memory, [ln.text for ln in window])
 
     if decisive is not None:
-        repeats = {s.line for s in t.signals if s.kind == decisive.kind}
+        # copies of the message, and a logger's "… failed to start" right below it, do not end its trace
+        repeats = {s.line for s in t.signals if s.kind == decisive.kind or s.dialect == "logger"}
         dframes = decisive_frames(frames, decisive.line, decisive.rank, boundaries, repeats)
         idx = _index_of(window, decisive.line)
         error_text = _error_block(window, idx) if idx is not None else decisive.text

@@ -85,7 +85,7 @@ _PATTERNS = [
     (ERROR, "device_assert", r"Assertion `.{0,300}?` failed"),
     (ERROR, "exception", r"^(?:[\w]+\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)"),
     # a logger's error line, unless it only announces the traceback that follows (its error is at the end)
-    (ERROR, "exception", r"^(?:ERROR|FATAL|CRITICAL)\b(?!.*Traceback \(most recent call last\):?\s*$).*(?:Error|error|failed)"),
+    (ERROR, "logger", r"^(?:ERROR|FATAL|CRITICAL)\b(?!.*Traceback \(most recent call last\):?\s*$).*(?:Error|error|failed)"),
 ]
 _COMPILED = [(k, d, re.compile(p)) for k, d, p in _PATTERNS]
 _GATED = []      # each pattern as anchors.Gated: its literals asked for before its regex

@@ -312,3 +312,16 @@ def test_a_line_that_lost_its_newlines_is_the_kill_it_reports_not_the_launchers_
            "multiprocessing.api:failed (exitcode: -9) local_rank: 4 (pid: 899509) of binary: /usr/bin/python\n")
     d = diagnose_text(log, with_plan=False)
     assert (d.verdict, d.phase, d.component) == ("host_oom", "load", "host_memory")
+
+
+def test_a_loggers_failed_line_below_the_message_does_not_end_its_trace():
+    """vLLM logs the OOM, then "EngineCore failed to start.", then the traceback: the frames are the OOM's."""
+    log = (f"ERROR 11-05 12:19:32 [linear.py:210] Failed to create unquantized linear weights: {OOM}\n"
+           "ERROR 11-05 12:19:32 [core.py:708] EngineCore failed to start.\n"
+           "ERROR 11-05 12:19:32 [core.py:708] Traceback (most recent call last):\n"
+           'ERROR 11-05 12:19:32 [core.py:708]   File "/env/lib/python3.10/site-packages/vllm/model_executor/layers/'
+           'linear.py", line 202, in create_weights\n'
+           "ERROR 11-05 12:19:32 [core.py:708]     weight = ModelWeightParameter(data=torch.empty(\n")
+    d = diagnose_text(log, with_plan=False)
+    assert (d.phase, d.component) == ("inference", "weights")
+    assert d.basis["component"] == "frame linear.py:create_weights"

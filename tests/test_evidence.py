@@ -223,3 +223,13 @@ def test_a_caught_error_logged_with_what_ran_gives_the_phase():
     log = ("ERROR:bench.run:Error while evaluating SomeTask: CUDA out of memory. Tried to allocate 848.00 MiB. "
            "GPU 0 has a total capacity of 79.11 GiB of which 356.88 MiB is free.\n")
     assert diagnose_text(log).phase == "evaluation"
+
+
+def test_an_engines_catch_all_does_not_hide_what_the_framework_table_knows():
+    """The hand-written vLLM catch-all is consulted last: the per-framework entries for the engine's own
+    functions (a layer creating its weights, the sampler's warm-up) are read first."""
+    weights = _reading('File "/env/lib/python3.10/site-packages/vllm/model_executor/layers/linear.py", line 202, '
+                       'in create_weights')
+    assert (weights.phase, weights.component) == ("inference", "weights")
+    other = _reading('File "/env/lib/python3.10/site-packages/vllm/some/new_module.py", line 9, in anything')
+    assert (other.phase, other.component, other.weak) == ("inference", None, True)
