@@ -22,7 +22,7 @@ failure gets the same id in tomorrow's run.
 import hashlib
 import re
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Optional
 
 
@@ -197,7 +197,15 @@ class Group:
     replies: list = field(default_factory=list)  # one per member, in members' order: its own numbers (member_replies)
 
     def to_dict(self):
-        return asdict(self)
+        # asdict's result without its deep copy of every member list (0.7 s of a 10 000-report run,
+        # spent after the workers are done): lists and dicts are copied one level, a list's dicts once
+        return {name: _copied(getattr(self, name)) for name in self.__dataclass_fields__}
+
+
+def _copied(value):
+    if isinstance(value, list):
+        return [dict(v) if isinstance(v, dict) else v for v in value]
+    return dict(value) if isinstance(value, dict) else value
 
 
 def _sid(key, sig):

@@ -211,3 +211,11 @@ def test_a_long_phrase_meets_its_copy_with_a_frame_the_original_lacks():
     assert len(groups) == 1
     short = group([_d("c.log"), _d("d.log", frames=[("trainer.py", "training_step")])])
     assert len(short) == 2
+
+
+def test_a_groups_dict_is_what_asdict_gives():
+    from dataclasses import asdict
+    from advisor import batch
+    rows = [batch.diagnose_item(str(p), str(p)) for p in sorted(SAMPLES.glob("*.log"))]
+    groups = group([r for r in rows if "error" not in r])
+    assert groups and all(g.to_dict() == asdict(g) for g in groups)
