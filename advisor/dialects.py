@@ -49,7 +49,7 @@ def _has(keys, marker):
     return marker in keys
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def knob(dialect, name):
     """The knob's entry ({key, default, on, ...}) or None when the dialect has no such knob."""
     entry = (table().get(dialect) or {}).get("knobs", {}).get(name)

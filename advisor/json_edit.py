@@ -92,9 +92,10 @@ def _with_member(text, obj, values, where, rest, new):
         return text[:after] + (", " if keys else "") + member + text[after:]
     line_start = text.rfind("\n", 0, open_) + 1
     outer = len(text[line_start:open_]) - len(text[line_start:open_].lstrip(" "))
+    step = _unit(text)
     # the members' own indent, else one step in from the object's line
-    indent = at[0] - (text.rfind("\n", 0, at[0]) + 1) if keys else outer + _unit(text)
-    body = json.dumps(value, indent=_unit(text), ensure_ascii=False).replace("\n", newline + " " * indent)
+    indent = at[0] - (text.rfind("\n", 0, at[0]) + 1) if keys else outer + step
+    body = json.dumps(value, indent=step, ensure_ascii=False).replace("\n", newline + " " * indent)
     member = f'{" " * indent}{json.dumps(rest[0], ensure_ascii=False)}{sep}{body}'
     if keys:
         return text[:after] + "," + newline + member + text[after:]

@@ -103,10 +103,8 @@ _MARKER_WORDS = ("*****", "aving", "saved", "oad", "nstantiating", "uantizing", 
                  "model checkpoint weights were used", "Gradient checkpointing enabled", "Fine-tuning method",
                  "DeepSpeed", "ZeRO", "optimizer states", "__init__]", "Starting trainer", "Unsloth - 2x faster",
                  "raining", "Batch generation can be very slow", "eval", "alidation", "testing")
-# a launcher's flags: _ARG's names (a separator line of dashes holds none)
-_ARG_WORDS = ("--model", "--per_device_", "--gradient_", "--cutoff_len", "--max_seq_length", "--finetuning_type",
-              "--quantization_bit", "--deepspeed", "--lora_", "--bf16", "--fp16", "--nproc_per_node")
-_FACT_WORDS = _ARG_WORDS + (" = ", "trainable params", "Process rank", "......", "ZeRO", "Gradient checkpointing enabled",
+# (a launcher's flags are asked for by _ARG's own literals, `--model`…: see _words)
+_FACT_WORDS = (" = ", "trainable params", "Process rank", "......", "ZeRO", "Gradient checkpointing enabled",
                "does not support gradient checkpointing", "Fine-tuning method", "uantizing", "-bit", "raining",
                "vanilla attention", "Pure bf16", "distributed tasks at", "GPU type:", "GPU name", "oading",
                "name_or_path", "nstantiating", "expandable_segments:True")
@@ -329,7 +327,8 @@ class Parser:
         if not m.group("n") and m.group("pct") != "0":
             n, total = int(m.group("pct")), 100       # no counts: p % of the steps are done
         low = desc.lower()
-        if "load" in low and ("shard" in low or "weight" in low or "checkpoint" in low) or _TENSOR_NAME.search(desc):
+        if "load" in low and ("shard" in low or "weight" in low or "checkpoint" in low) \
+                or "." in desc and _TENSOR_NAME.search(desc):
             self._mark("load", line, n, total)
             return
         if any(w in low for w in ("valid", "test", "eval", "predict", "generat")):
@@ -632,7 +631,9 @@ def _words():
     """(automaton, bits): one Aho-Corasick automaton over every check's words, reporting overlapping
     matches, and for each word the bits of the checks that want it; None without the library."""
     if not _WORDS:
+        from .anchors import minimal, required
         groups = [(PROGRESS, _PROGRESS_WORDS), (MARKER, _MARKER_WORDS), (FACT, _FACT_WORDS),
+                  (FACT, minimal(required(_ARG.pattern))),      # a line of dashes holds no flag
                   (SCRIPT, _SCRIPT_WORDS), (MEMORY, _MEMORY_WORDS), (SIGNAL, sig._KEYS),
                   (FRAMEWORK, tuple(n for n, _ in _FRAMEWORKS)), (COMMAND, _COMMAND_WORDS)]
         bits = {}

@@ -95,8 +95,7 @@ _GATED = []      # each pattern as anchors.Gated: its literals asked for before 
 _KEYS = ("rror", "memory", "xception", "xit", "Kill", "kill", "SIG", "ignal", "ALLOC", "NCCL", "ssert", "Segmentation", "core dumped",
          "terminate", "what()", "death", "Bus", "ubprocess", "Root Cause", "Interrupt", "OOM", "oom", "EL0004",
          "Resources", "STATUS", "low on", "failed", "shm", "ailure", "ERROR", "KV cache", "FAIL", "Memory on the node",
-         "bad_alloc", "Unable to allocate", "已杀死", "已砍掉", "pinned host", "on host", "_OUT_OF_MEMORY", "OutOfMemory",
-         "OOM when", "metal::malloc", "CallbackErrorOutOfMemory", "memory allocation of", "memory limit", "paging file",
+         "bad_alloc", "Unable to allocate", "已杀死", "已砍掉", "OutOfMemory", "metal::malloc", "paging file",
          "No space left", "= -9", "return code = -", "Search for `", "Watchdog", "FATAL",
          "CRITICAL", "Traceback (most recent call last)")
 
