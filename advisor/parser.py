@@ -28,6 +28,9 @@ FRAMEWORK_HEAD = 500   # logger names identify the framework in a log's first li
 _BAR = re.compile(r"(?:^|\r)\s*(?:(?P<desc>(?:[^|\r\s][^|\r]*?)?):\s*)?(?P<pct>\d{1,3})%\s*\|[^|]*\|\s*(?P<n>\d+)"
                   r"/(?P<total>\d+|\?)")    # the description starts after the spaces: one way to split them
 _BAR_LIGHT = re.compile(r"(?P<desc>[A-Z][\w ]{0,80}?):\s*(?P<pct>\d{1,3})%\s+(?P<n>\d+)/(?P<total>\d+)")  # lightning/colab
+# the same without its bar under any description ("padding:  65% 2207000/3382137 [03:08<01:16, …]"):
+# tqdm's timing bracket after the counts tells it from prose
+_BAR_PLAIN = re.compile(r"(?P<desc>[^\W\d][\w ]{0,80}?):\s*(?P<pct>\d{1,3})%\s+(?P<n>\d+)/(?P<total>\d+) \[")
 # the HF Trainer's notebook bar as a paste renders it: "[ 501/1500 06:35 < 13:11, 1.26 it/s, Epoch 1/3]"
 # (transformers utils/notebook.py); only the training bar names the epoch
 _BAR_NOTEBOOK = re.compile(r"\[\s*(?P<n>\d+)/(?P<total>\d+) [\d:]+(?: < [\d:]+)?(?:, [\d.]+ it/s)?, (?P<desc>Epoch [\d.]+/\d+)(?P<pct>)\]")
@@ -75,6 +78,8 @@ _SETUP_LINE = Gated(r"DeepSpeed info: version|Creating \S+ ZeRO stage|DeepSpeed 
                     r"|\[(?:stage_1_and_2|stage3)\.py:\d+:__init__\]")
 _ARCH = re.compile(r"Instantiating (\w+?)(?:ForCausalLM|LMHeadModel|ForConditionalGeneration)\b[^.]* dtype torch\.(\w+)")
 
+# a bar counting examples or batches of a dataset, not steps (datasets' map and filter: "examples/s", "ba/s")
+_PREP_UNIT = re.compile(r"\d (?:examples|ba)/s\]")
 # bar descriptions of data preparation (datasets, LLaMA-Factory, TRL); any other bar counts as training
 _PREP_WORDS = ("tokeniz", "map", "convert", "filter", "pack", "truncat", "adding eos", "applying", "download",
                "preprocess", "format", "generating", "extract", "shuffl", "flatten", "casting", "saving the dataset",
@@ -298,7 +303,7 @@ class Parser:
     # ---- progress --------------------------------------------------------------------------
     def _progress(self, line, text):
         if "%" in text and "|" in text or "/" in text and "%" in text:
-            m = _BAR.search(text) or _BAR_LIGHT.search(text) or _BAR_CUT.match(text)
+            m = _BAR.search(text) or _BAR_LIGHT.search(text) or _BAR_CUT.match(text) or _BAR_PLAIN.search(text)
             if m:
                 self._bar(line, m)
         elif "Epoch" in text and "[" in text:
@@ -334,8 +339,12 @@ class Parser:
         if any(w in low for w in ("valid", "test", "eval", "predict", "generat")):
             self._enter_eval(line)
             return
-        if desc and any(w in low for w in _PREP_WORDS):
-            return                                    # data preprocessing bars
+        if desc and any(w in low for w in _PREP_WORDS) or _PREP_UNIT.search(line.text):
+            # data preparation: before the first step it is where the run stands (loading, in the
+            # course's terms), after it an evaluation's or a save's own data
+            if self.step is None and not self.losses and self.train_total is None:
+                self._mark("prep", line)
+            return
         if self.in_eval and (self.train_total is None or total != self.train_total):
             return                                    # the eval bar has no description either
         if self.train_total is None or not desc:
@@ -382,7 +391,7 @@ class Parser:
     def _mark(self, kind, line, step=None, total=None):
         m = Marker(kind=kind, line=line.no, text=line.text[:300], step=step if step is not None else self.step,
                    total=total)
-        if self.markers and self.markers[-1].kind == kind and kind == "load":
+        if self.markers and self.markers[-1].kind == kind and kind in ("load", "prep"):
             self.markers[-1] = m
         else:
             self.markers.append(m)

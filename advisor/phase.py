@@ -19,6 +19,7 @@ import re
 from .frames import read_call, read_frame
 
 _FORWARD = re.compile(r"(?<!\w)modeling_\w+\.py$|/peft/|torch/autograd/|torch/utils/checkpoint\.py$")
+_FETCHING = re.compile(r"torch/utils/data/")       # a DataLoader handing out batches: some loop consumes them
 _CALL = re.compile(r"(\w+)\(")                     # the first call on a source line
 QUOTE_LINES = 8         # lines above the error that a cut paste may have left of its trace
 
@@ -64,7 +65,7 @@ def phase_from_markers(context, failed_at=""):
         return training_phase(context)
     if marker.kind in ("train_start", "step", "eval_done"):
         return training_phase(context, failed_at)
-    phase = {"load": "load", "load_done": "load", "setup": "load", "eval_start": "evaluation",
+    phase = {"load": "load", "load_done": "load", "setup": "load", "prep": "load", "eval_start": "evaluation",
              "save": "checkpoint_save", "predict": "evaluation", "inference": "inference",
              # what follows the last step, unless an evaluation begins
              "train_done": "checkpoint_save"}.get(marker.kind, "unknown")
@@ -181,10 +182,12 @@ def _phase_of(frames, context, quoted, failed_at):
     if call is not None and call.phase:
         return _from_reading(call, context, f"quoted call {call.what}")
     by_markers, basis = phase_from_markers(context, failed_at)
-    if by_markers in ("load", "unknown") and any(_FORWARD.search(f.path) for f in frames):
-        # a forward or backward pass is running, so loading is over: a custom training loop
-        step, why = training_phase(context)
-        if step == "unknown" and by_markers == "load":
-            return "first_step", "forward/backward frames after loading"
-        return step, why
+    if by_markers in ("load", "unknown"):
+        # a forward or backward pass is running, or batches are being fetched, so loading is over
+        for rx, running in ((_FORWARD, "forward/backward frames"), (_FETCHING, "DataLoader frames")):
+            if any(rx.search(f.path) for f in frames):
+                step, why = training_phase(context)
+                if step == "unknown" and by_markers == "load":
+                    return "first_step", f"{running} after loading"
+                return step, why
     return by_markers, basis

@@ -29,7 +29,7 @@ COMPONENTS = ("weights", "activations", "gradients", "optimizer_states", "fragme
 ACTIONS = ("reduce_batch", "grad_accum", "grad_checkpointing", "reduce_seq_len", "precision", "quantize", "use_lora",
            "optimizer_8bit", "smaller_model", "zero_sharding", "cpu_offload", "free_other_process",
            "expandable_segments", "eval_batch", "eval_accumulation", "fix_non_memory_bug", "more_host_ram", "none")
-MARKERS = ("load", "load_done", "setup", "train_start", "step", "eval_start", "eval_done", "save", "train_done",
+MARKERS = ("load", "load_done", "setup", "prep", "train_start", "step", "eval_start", "eval_done", "save", "train_done",
            "predict", "inference")
 
 RULES_DIR = Path(__file__).resolve().parent / "rules"

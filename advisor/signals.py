@@ -83,7 +83,11 @@ _PATTERNS = [
     # a CUDA kernel's assertion, printed once per failing thread before the exception that reports it
     # (its condition may quote code in backticks of its own: "Assertion `probability tensor contains `inf`` failed")
     (ERROR, "device_assert", r"Assertion `.{0,300}?` failed"),
-    (ERROR, "exception", r"^(?:[\w]+\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::|$)"),
+    # (another rank's frame glued after the name: processes writing one stderr at once)
+    (ERROR, "exception", r"^(?:[\w]+\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::|$|\s+File \")"),
+    # IPython's header names any exception above its trace (the OOM's own is above): what failed, even
+    # when the paste lost the message at the bottom
+    (ERROR, "ipython_header", r"^(?:\w+\.)*[A-Z]\w*(?:Error|Exception|Interrupt)\s{2,}Traceback \(most recent call last\)"),
     # a logger's error line, unless it only announces the traceback that follows (its error is at the end)
     (ERROR, "logger", r"^(?:ERROR|FATAL|CRITICAL)\b(?!.*Traceback \(most recent call last\):?\s*$).*(?:Error|error|failed)"),
 ]

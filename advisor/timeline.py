@@ -9,7 +9,7 @@ from .record import Record
 @dataclass
 class Marker(Record):
     """A phase marker: loading, setup, training start, evaluation, save, end of training."""
-    kind: str            # load | load_done | setup | train_start | eval_start | eval_done | save | train_done | predict
+    kind: str            # load | load_done | setup | prep | train_start | eval_start | eval_done | save | train_done | predict
     line: int
     text: str
     step: Optional[int] = None

@@ -325,3 +325,55 @@ def test_a_loggers_failed_line_below_the_message_does_not_end_its_trace():
     d = diagnose_text(log, with_plan=False)
     assert (d.phase, d.component) == ("inference", "weights")
     assert d.basis["component"] == "frame linear.py:create_weights"
+
+
+def test_ipythons_header_names_an_error_that_is_not_about_memory():
+    """A notebook's trace names its exception in the header; a paste that lost the bottom line still says what failed."""
+    log = ("---------------------------------------------------------------------------\n"
+           "NotImplementedError                       Traceback (most recent call last)\n"
+           "Cell In[9], line 2\n"
+           "----> 2 trainer_stats = trainer.train()\n"
+           "File /env/trainer.py:68, in wrapper(self, *args, **kwargs)\n"
+           "---> 68 output = f(self, *args, **kwargs)\n")
+    d = diagnose_text(log, with_plan=False)
+    assert (d.verdict, d.component) == ("not_oom", "none")
+
+
+def test_an_exception_name_with_another_ranks_frame_glued_on_is_that_error():
+    log = ('FileNotFoundError  File "/app/src/llmtuner/train/tuner.py", line 26, in run_exp\n'
+           ": [Errno 2] No such file or directory: 'saves/lora/tmp-checkpoint-1000' -> 'saves/lora/checkpoint-1000'\n"
+           '  File "/env/lib/python3.10/site-packages/transformers/trainer.py", line 1914, in _inner_training_loop\n'
+           "    self._maybe_log_save_evaluate(tr_loss, model, trial, epoch, ignore_keys_for_eval)\n"
+           '  File "/opt/app\n')
+    d = diagnose_text(log, with_plan=False)
+    assert d.verdict == "not_oom"
+
+
+def test_a_kill_during_data_preparation_is_at_load():
+    """datasets' map bars count examples, not steps, whatever their description; tqdm without its bar still
+    draws its timing bracket."""
+    log = ("RAM used: 4182.97 MB\n"
+           "merge and mask: 100% 3382137/3382137 [02:41<00:00, 20891.13 examples/s]\n"
+           "padding:  65% 2207000/3382137 [03:08<01:16, 15381.54 examples/s]Killed\n")
+    d = diagnose_text(log, with_plan=False)
+    assert (d.verdict, d.phase, d.component) == ("host_oom", "load", "host_memory")
+    assert d.basis["phase"].startswith("marker line 3: padding")
+
+
+def test_dataloader_frames_after_data_preparation_are_past_loading():
+    """A DataLoader handing out batches means some loop consumes them: not the loading the prep bar was part of."""
+    log = ("Running tokenizer on dataset: 100%|##########| 156611/156611 [17:07<00:00, 152.48 examples/s]\n"
+           "Traceback (most recent call last):\n"
+           '  File "/env/lib/python3.10/site-packages/torch/utils/data/dataloader.py", line 1132, in _try_get_data\n'
+           "    data = self._data_queue.get(timeout=timeout)\n"
+           "RuntimeError: DataLoader worker (pid 3919213) is killed by signal: Bus error. It is possible that "
+           "dataloader's workers are out of shared memory. Please try to raise your shared memory limit.\n")
+    d = diagnose_text(log, with_plan=False)
+    assert (d.verdict, d.phase) == ("host_oom", "first_step")
+    assert d.basis["phase"] == "DataLoader frames after loading"
+
+
+def test_a_prep_bar_after_training_began_is_not_where_the_run_stands():
+    log = bars(1, 20) + "Map: 100%|##########| 500/500 [00:01<00:00, 480.10 examples/s]\n" + OOM + "\n"
+    d = diagnose_text(log, with_plan=False)
+    assert d.phase == "mid_training"
