@@ -262,6 +262,9 @@ def facts_of(data, dialect, base=None):
         f.seq_len = _int(g("cutoff_len") or g("max_seq_length") or g("max_length") or g("max_seq_len")
                          or g("model_max_length"))
         f.eval_batch = _int(g("per_device_eval_batch_size"))
+        if dialect == "llamafactory" and g("task") is not None:
+            # `llamafactory-cli eval` (a benchmark: task, n_shot, lang): its batch_size is the evaluation's
+            f.batch, f.eval_batch = None, _int(g("batch_size")) or 4
         if dialect == "llamafactory":
             if g("disable_gradient_checkpointing") is not None:
                 f.grad_ckpt = not _bool(g("disable_gradient_checkpointing"))

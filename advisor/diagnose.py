@@ -224,9 +224,14 @@ def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rul
         signal = ("incomplete", "cascade" if cascades else "traceback") if dframes or traceback_open or cascades \
             else ("none", "none")
 
+    merged = t.facts.model_copy()           # what the log shows ran beats what the config asked for
+    if facts is not None:
+        for name, value in facts.model_dump().items():
+            if getattr(merged, name) is None and value is not None:
+                setattr(merged, name, value)
     quoted = _quoted(window, idx, error_text) if decisive is not None else []
     phase, phase_basis = infer_phase(dframes, t.context, memory, quoted, t.facts.script,
-                                     decisive.text if decisive is not None else "")
+                                     decisive.text if decisive is not None else "", merged)
     window_text = "\n".join(ln.text for ln in window)
     marker = t.context.last_marker.kind if t.context.last_marker is not None else None
     named = named_component(dframes, quoted)
@@ -251,11 +256,6 @@ def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rul
     if rule.verdict == "no_failure":
         final_phase, phase_basis = "none", ""
 
-    merged = t.facts.model_copy()           # what the log shows ran beats what the config asked for
-    if facts is not None:
-        for name, value in facts.model_dump().items():
-            if getattr(merged, name) is None and value is not None:
-                setattr(merged, name, value)
     if merged.step is None:
         merged.step = t.context.step
     merged.job_kind = job_kind

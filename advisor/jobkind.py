@@ -10,7 +10,7 @@ import functools
 import re
 
 from .anchors import compiled, gated
-from .dialects import get_path
+from .dialects import MISSING, get_path
 
 KINDS = ("training", "evaluation", "prediction", "serving", "offline_generation", "rl_rollout", "saving", "loading")
 ENGINE_KINDS = ("serving", "offline_generation")      # an inference engine runs the whole job
@@ -78,7 +78,10 @@ def _from_config(config):
 
 
 def _truthy(v):
-    return str(v).strip().lower() in ("true", "1", "yes") if v is not None and not isinstance(v, bool) else bool(v)
+    """A key that is set to something: true, a number other than 0, a path, a name."""
+    if v is None or v is MISSING or isinstance(v, bool):
+        return bool(v) and v is not MISSING
+    return str(v).strip().lower() not in ("false", "0", "no", "none", "null", "")
 
 
 def decide(frames, lines, command, config, phase):

@@ -43,7 +43,8 @@ _LOSS_LINE = re.compile(r"\b(?:[Ss]teps?|[Ii]ter\w*)\s*:?\s*\d+\b.{0,200}?\b[Ll]
                         r"|(?:Epoch|epoch|Step|Iter|Batch)\W{1,3}(?:\d+\W{1,3})?\d+\s*/\s*\d+\b.{0,200}?\b[Ll]oss\b\W{0,3}-?\d")
 # the script a launcher ran: "python -u x.py", torchrun/deepspeed/accelerate lines, DeepSpeed's echoed argv
 _SCRIPT = re.compile(r"(?:python\d?(?:\.\d+)?|torchrun|deepspeed|launch|'-u',|nohup)\s+(?:['\"]?-[-\w=.]+['\"]?,?\s+)*"
-                     r"['\"]?((?:[\w.-]+/)*[\w.-]+\.py)\b")
+                     r"['\"]?((?:[\w.-]+/)*[\w.-]+\.py)\b"
+                     r"|(?:^|[$#>] )(?:bash|sh|zsh) ((?:[\w.-]+/)*[\w.-]+\.sh)\b")     # a shell script run at a prompt
 # per-step memory a run prints: ms-swift's 'memory(GiB)', max_memory_allocated prints, "Max memory allocated: X GB"
 _MEM_POINT = re.compile(r"'memory\(GiB\)':\s*'?(?P<gib>[\d.]+)"
                         r"|(?:max_memory_allocated|[Mm]ax(?:imum)? memory allocated|[Pp]eak memory)\W{0,4}(?P<v>[\d.]+)\s*(?P<u>GiB|GB|MiB|MB)")
@@ -75,7 +76,9 @@ _LOAD_LINE = Gated(r"loading weights file|Loading checkpoint shards|Instantiatin
                    r"|Loading \S+-bit|activating zero\.init|Loading model|finished initializing model|load_model")
 _SETUP_LINE = Gated(r"DeepSpeed info: version|Creating \S+ ZeRO stage|DeepSpeed Basic Optimizer|initializing optimizer states"
                     r"|Stage 3 initialize beginning|DeepSpeedZeRoOffload initialize|Final Optimizer"
-                    r"|\[(?:stage_1_and_2|stage3)\.py:\d+:__init__\]")
+                    r"|\[(?:stage_1_and_2|stage3)\.py:\d+:__init__\]"
+                    # fairscale's and Megatron's process groups, set up before the checkpoint is read
+                    r"|initializing model parallel with size")
 _ARCH = re.compile(r"Instantiating (\w+?)(?:ForCausalLM|LMHeadModel|ForConditionalGeneration)\b[^.]* dtype torch\.(\w+)")
 
 # a bar counting examples or batches of a dataset, not steps (datasets' map and filter: "examples/s", "ba/s")
@@ -106,14 +109,14 @@ BATCH = 256            # lines whose text is searched at once (feed_batch)
 _PROGRESS_WORDS = ("%", "{'", "oss", "Epoch")
 _MARKER_WORDS = ("*****", "aving", "saved", "oad", "nstantiating", "uantizing", "zero.init", "trainable params",
                  "model checkpoint weights were used", "Gradient checkpointing enabled", "Fine-tuning method",
-                 "DeepSpeed", "ZeRO", "optimizer states", "__init__]", "Starting trainer", "Unsloth - 2x faster",
+                 "DeepSpeed", "ZeRO", "optimizer states", "__init__]", "model parallel", "Starting trainer", "Unsloth - 2x faster",
                  "raining", "Batch generation can be very slow", "eval", "alidation", "testing")
 # (a launcher's flags are asked for by _ARG's own literals, `--model`…: see _words)
 _FACT_WORDS = (" = ", "trainable params", "Process rank", "......", "ZeRO", "Gradient checkpointing enabled",
                "does not support gradient checkpointing", "Fine-tuning method", "uantizing", "-bit", "raining",
                "vanilla attention", "Pure bf16", "distributed tasks at", "GPU type:", "GPU name", "oading",
                "name_or_path", "nstantiating", "expandable_segments:True")
-_SCRIPT_WORDS = (".py",)
+_SCRIPT_WORDS = (".py", ".sh")
 _MEMORY_WORDS = ("emory",)
 # a launcher with settings after it; frames (`File ".../bin/torchrun"`) have none
 _COMMAND_HINT = re.compile(r"(?:^|[$#>+] )(?:[A-Z_]+=\S+ )*(?:llamafactory-cli|lmf|torchrun|accelerate launch|swift (?:sft|pt|rlhf|infer|"
@@ -420,8 +423,8 @@ class Parser:
                 or "Gradient checkpointing enabled" in text or "Fine-tuning method" in text:
             self._mark("load_done", line)
             return
-        if ("DeepSpeed" in text or "ZeRO" in text or "optimizer states" in text or "__init__]" in text) \
-                and _SETUP_LINE.search(text):     # the ZeRO optimizer being built
+        if ("DeepSpeed" in text or "ZeRO" in text or "optimizer states" in text or "__init__]" in text
+                or "model parallel" in text) and _SETUP_LINE.search(text):     # the engine being built
             self._mark("setup", line)
             return
         if "Starting trainer" in text or "Unsloth - 2x faster" in text or "raining" in text and _TRAIN_START.search(text):
@@ -526,11 +529,12 @@ class Parser:
             self._set("expandable_segments", True, line)
 
     def _script(self, line, text):
-        if self.f.script is None and ".py" in text and ("python" in text or "launch" in text or "torchrun" in text
-                                                        or "deepspeed" in text or "nohup" in text):
+        if self.f.script is None and (".py" in text and ("python" in text or "launch" in text or "torchrun" in text
+                                                         or "deepspeed" in text or "nohup" in text)
+                                      or ".sh" in text and "sh " in text):
             m = _SCRIPT.search(text)
             if m:
-                self._set("script", m.group(1), line)
+                self._set("script", m.group(1) or m.group(2), line)
 
     def _command(self, line, text, may_match=True):
         """The launch command a log echoes (a shell prompt, `+ cmd`): patched when no config is given."""

@@ -9,6 +9,7 @@ The ladder, most trusted first:
   3. the last phase marker or progress before the failure (loading bars, data-preparation bars,
      the trainer banner, steps, evaluation and save banners);
   4. the allocator: a process whose PyTorch held next to nothing had not even placed its weights;
+     the model: weights that alone, at 16 bits, exceed the whole card were never all placed;
   5. the job: an entry script named for inference or evaluation (`run_inference.py`).
 When nothing decides, the phase is `unknown`. A frame that only says "a training step" leaves
 first step or mid-training to the progress.
@@ -132,13 +133,17 @@ def job_of_script(script):
     return next((_JOB_WORDS[w] for w in words if w in _JOB_WORDS), None)
 
 
-def infer_phase(frames, context, memory=None, quoted=(), script=None, failed_at=""):
+def infer_phase(frames, context, memory=None, quoted=(), script=None, failed_at="", facts=None):
     """(phase, basis): `basis` says in a few words what decided it ('' when nothing did).
-    `failed_at` is the failing line (its timestamp, if any, against the markers')."""
+    `failed_at` is the failing line (its timestamp, if any, against the markers'); `facts`, what
+    the log and the config say the run was."""
     phase, basis = _phase_of(frames, context, quoted, failed_at)
     held = (memory or {}).get("allocated_by_pytorch_gib")
     if phase == "unknown" and held is not None and held < 0.05:
         return "load", f"allocator: PyTorch held {held:.2f} GiB, not even the weights"
+    beyond = weights_beyond_card(facts, memory) if phase == "unknown" and facts is not None else None
+    if beyond:
+        return "load", f"model: its weights alone ({beyond[0]:.1f} GiB at 16 bits) exceed the {beyond[1]:.1f} GiB card"
     if phase == "unknown":
         outer = next((f.path for f in frames if f.func == "<module>"), None)
         for name in (outer, script):
@@ -149,6 +154,29 @@ def infer_phase(frames, context, memory=None, quoted=(), script=None, failed_at=
         if doing:
             return doing
     return phase, basis
+
+
+# a model name that says its weights are stored in fewer than 16 bits
+_LOW_BIT_NAME = re.compile(r"awq|gptq|int[48]|[48]-?bit|bnb|nf4|gguf|fp8|exl2|quant", re.I)
+
+
+def weights_beyond_card(facts, memory):
+    """(weights GiB, card GiB) when the model's weights alone, at 16 bits a parameter, exceed the whole
+    card of a run that holds them on one card (no quantisation, sharding or second GPU stated or seen:
+    a failing GPU 1 has a GPU 0 beside it); else None. Every phase after loading needs them all in
+    place, so such a run failed while loading."""
+    memory = memory or {}
+    total = memory.get("total_gib")
+    if not total or not facts.model and not facts.params_b or facts.quantization_bit \
+            or (facts.num_gpus or 1) > 1 or (memory.get("device_index") or 0) > 0 \
+            or len(memory.get("devices_seen") or ()) > 1 or str(facts.deepspeed or "").startswith("zero3") \
+            or _LOW_BIT_NAME.search(facts.model or ""):
+        return None
+    from .catalog import find_model
+    shape = find_model(facts.model)[0] if facts.model else None
+    params_b = shape.params_b if shape is not None else facts.params_b
+    weights = params_b * 2e9 / 2 ** 30 if params_b else 0
+    return (weights, total) if weights > 1.05 * total else None
 
 
 # A program that catches the error often logs what it was doing before the message it caught:
@@ -176,6 +204,11 @@ def activity_of(line):
 
 def _phase_of(frames, context, quoted, failed_at):
     r = from_frames(frames)
+    if r is not None and r.phase and r.weak:
+        # a function's name is a guess; the statement that failed inside the innermost frame is not
+        call = read_call(frames[-1].source)
+        if call is not None and call.phase and not call.weak:
+            return _from_reading(call, context, f"quoted call {call.what}")
     if r is not None and r.phase:
         return _from_reading(r, context, f"frame {r.what}")
     call = quoted_call(frames, quoted)

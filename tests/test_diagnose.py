@@ -377,3 +377,47 @@ def test_a_prep_bar_after_training_began_is_not_where_the_run_stands():
     log = bars(1, 20) + "Map: 100%|##########| 500/500 [00:01<00:00, 480.10 examples/s]\n" + OOM + "\n"
     d = diagnose_text(log, with_plan=False)
     assert d.phase == "mid_training"
+
+
+def test_zshs_job_notice_of_a_kill_glued_after_a_loading_bar():
+    log = ("Loading checkpoint shards:   0%|          | 0/3 [00:00<?, ?it/s][1]    26478 killed     python test.py\n")
+    d = diagnose_text(log, with_plan=False)
+    assert (d.verdict, d.phase, d.component) == ("host_oom", "load", "host_memory")
+
+
+def test_model_parallel_groups_set_up_before_a_kill_are_loading():
+    """fairscale's and Megatron's initialize_model_parallel runs before the checkpoint is read."""
+    log = ("> initializing model parallel with size 1\n> initializing ddp with size 1\n"
+           "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 29066) of "
+           "binary: /env/bin/python\n")
+    d = diagnose_text(log, with_plan=False)
+    assert (d.verdict, d.phase) == ("host_oom", "load")
+
+
+def test_the_statement_that_failed_beats_a_guess_from_its_functions_name():
+    """`infer` suggests inference, but its failing line moves a pipeline's weights onto the card."""
+    log = ("Traceback (most recent call last):\n"
+           '  File "/home/user/app.py", line 72, in infer\n'
+           "    pipe.to(device)\n"
+           "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 80.00 MiB. GPU 0 has a total capacity of "
+           "15.98 GiB of which 84.00 MiB is free. Of the allocated memory 15.44 GiB is allocated by PyTorch, and "
+           "267.59 MiB is reserved by PyTorch but unallocated.\n")
+    d = diagnose_text(log, with_plan=False)
+    assert (d.phase, d.component) == ("load", "weights")
+    assert d.basis["phase"] == "quoted call pipe.to("
+
+
+def test_weights_that_alone_exceed_the_card_were_never_all_placed(tmp_path):
+    """A 7B model at 16 bits is 13.5 GiB: on a 10.7 GiB card nothing after loading can have run."""
+    from advisor.pipeline import diagnose_path
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text("model: mistralai/Mistral-7B-v0.1\ndtype: half\ngpu_memory_utilization: 0.8\nmax_model_len: 4096\n")
+    log = tmp_path / "serve.log"
+    log.write_text("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 224.00 MiB (GPU 0; 10.73 GiB "
+                   "total capacity; 9.85 GiB already allocated; 46.44 MiB free; 9.86 GiB reserved in total by PyTorch)\n")
+    d = diagnose_path(str(log), config_path=str(cfg))
+    assert (d.phase, d.component) == ("load", "weights")
+    assert d.basis["phase"].startswith("model: its weights alone (13.5 GiB")
+    # a second GPU (the failing one is GPU 1) may hold a share of them: no such claim
+    log.write_text(log.read_text().replace("(GPU 0;", "(GPU 1;"))
+    assert diagnose_path(str(log), config_path=str(cfg)).phase != "load"

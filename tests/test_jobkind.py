@@ -143,3 +143,21 @@ def test_a_generate_script_is_not_given_an_engines_settings():
     said = " ".join(str(s["changes"]) + s["display"] for s in d.plan)
     assert "max_num_seqs" not in said and "gpu_memory_utilization" not in said
     assert not any(s["action"] in ("engine_memory_share", "enforce_eager", "kv_cache_fp8") for s in d.plan)
+
+
+def test_the_benchmark_evaluator_is_a_prediction_job_whose_batch_is_batch_size(tmp_path):
+    """`llamafactory-cli eval` (task, n_shot) runs forward passes only; its batch_size is what a smaller
+    evaluation batch changes, not per_device_eval_batch_size, which it never reads."""
+    cfg = tmp_path / "eval.yaml"
+    cfg.write_text("model_name_or_path: /models/Meta-Llama-3-8B-Instruct\ntemplate: llama3\nfinetuning_type: lora\n"
+                   "task: mmlu_test\nlang: en\nn_shot: 5\nbatch_size: 4\n")
+    log = tmp_path / "eval.log"
+    log.write_text("(lf) root@host:/work/LLaMA-Factory# bash evaluate.sh\n"
+                   '  File "/env/lib/python3.11/site-packages/transformers/models/llama/modeling_llama.py", line 381, in forward\n'
+                   "    attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32)\n"
+                   "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.17 GiB. GPU 0 has a total capacity "
+                   "of 23.65 GiB of which 2.52 GiB is free. Of the allocated memory 17.72 GiB is allocated by PyTorch, and "
+                   "2.94 GiB is reserved by PyTorch but unallocated.\n")
+    d = diagnose_path(str(log), config_path=str(cfg))
+    assert (d.phase, d.facts["job_kind"], d.facts["script"]) == ("evaluation", "prediction", "evaluate.sh")
+    assert d.plan[0]["changes"] == {"batch_size": [4, 2]} and d.budget is None
