@@ -21,7 +21,7 @@ from .units import fmt_gib, round_gib
 SCHEMA = "oom-doctor/diagnosis/v1"
 _DEFAULT_COMPONENT = {"load": "weights", "first_step": "activations", "mid_training": "activations",
                       "evaluation": "eval_outputs", "checkpoint_save": "weights", "inference": "activations"}
-_NUMBERED = ("caching_allocator", "mps", "malloc_async", "cpu_allocator", "oom_exception", "pinned_host", "tf_allocator",
+_NUMBERED = ("caching_allocator", "mps", "malloc_async", "cpu_allocator", "oom_exception", "pinned_host", "tf_allocator", "xla_hbm",
              "metal")
 
 
@@ -253,6 +253,10 @@ def diagnose_timeline(t: Timeline, lang="en", facts: Optional[Facts] = None, rul
         if job_kind in ENGINE_KINDS and final_phase == "unknown":   # an engine's job is inference throughout
             final_phase, phase_basis = "inference", f"job: {job_kind} ({job_basis})"
     component, component_basis = _component(rule, final_phase, named)
+    if component == "eval_outputs" and not named and not rule.when.frames and _eval_barely_begun(t.context):
+        # outputs pile up batch by batch: in an evaluation's first batches the batch's own forward failed
+        c = t.context
+        component, component_basis = "activations", f"progress: evaluation batch {c.eval_step} of {c.eval_total}"
     if rule.verdict == "no_failure":
         final_phase, phase_basis = "none", ""
 
@@ -347,6 +351,11 @@ def named_component(frames, quoted):
     if call is not None and call.component:
         return call.component, f"quoted call {call.what}"
     return None
+
+
+def _eval_barely_begun(context):
+    done, total = context.eval_step, context.eval_total
+    return done is not None and (done <= 2 or bool(total) and done <= 0.1 * total)
 
 
 def _component(rule, phase, named):

@@ -30,17 +30,19 @@ _BAR = re.compile(r"(?:^|\r)\s*(?:(?P<desc>(?:[^|\r\s][^|\r]*?)?):\s*)?(?P<pct>\
 _BAR_LIGHT = re.compile(r"(?P<desc>[A-Z][\w ]{0,80}?):\s*(?P<pct>\d{1,3})%\s+(?P<n>\d+)/(?P<total>\d+)")  # lightning/colab
 # the same without its bar under any description ("padding:  65% 2207000/3382137 [03:08<01:16, …]"):
 # tqdm's timing bracket after the counts tells it from prose
-_BAR_PLAIN = re.compile(r"(?P<desc>[^\W\d][\w ]{0,80}?):\s*(?P<pct>\d{1,3})%\s+(?P<n>\d+)/(?P<total>\d+) \[")
+_BAR_PLAIN = re.compile(r"(?P<desc>[^\W\d][^:|\[\]\r]{0,80}?):\s*(?P<pct>\d{1,3})%\s+(?P<n>\d+)/(?P<total>\d+) \[")
 # the HF Trainer's notebook bar as a paste renders it: "[ 501/1500 06:35 < 13:11, 1.26 it/s, Epoch 1/3]"
 # (transformers utils/notebook.py); only the training bar names the epoch
 _BAR_NOTEBOOK = re.compile(r"\[\s*(?P<n>\d+)/(?P<total>\d+) [\d:]+(?: < [\d:]+)?(?:, [\d.]+ it/s)?, (?P<desc>Epoch [\d.]+/\d+)(?P<pct>)\]")
 # a bar whose description names a tensor ("layers.27.mlp.weight : 85%|…"): weights placed one by one
 _TENSOR_NAME = re.compile(r"\w\.(?:weight|bias)\b")
-# a training bar cut after "N%|" (a narrow terminal, a paste): its percentage is all it says
-_BAR_CUT = re.compile(r"^\s*(?P<desc>)(?P<pct>\d{1,3})%\|(?P<n>)(?P<total>)")
-_LOSS_LINE = re.compile(r"\b(?:[Ss]teps?|[Ii]ter\w*)\s*:?\s*\d+\b.{0,200}?\b[Ll]oss\b\s*[:=]?\s*-?\d"
-                        # "Epoch: [1][45/48]  Time 0.55  Loss 70.6": a custom loop's counter, then its loss
-                        r"|(?:Epoch|epoch|Step|Iter|Batch)\W{1,3}(?:\d+\W{1,3})?\d+\s*/\s*\d+\b.{0,200}?\b[Ll]oss\b\W{0,3}-?\d")
+# a training bar cut after "N%|" (a narrow terminal, a paste; "Epoch 0:   4%|█▎"): its percentage is all it says
+_BAR_CUT = re.compile(r"^\s*(?:(?P<desc>[^\W\d][^|:\r]{0,80}?):\s*)?(?P<pct>\d{1,3})%\|(?P<n>)(?P<total>)")
+# a loss a loop prints with its counter ("iter 3436 step 53: loss 2.99", "iter = 0 of 60000 completed, loss = 4.35",
+# "Epoch: [1][   0/1989]  Time 15.9  Loss 0.27"): the counter says how many steps were done
+_LOSS_LINE = re.compile(r"\b(?:[Ss]teps?|[Ii]ter\w*)\s*[:=]?\s*(?P<n>\d+)\b.{0,200}?\b[Ll]oss\b\s*[:=]?\s*-?\d"
+                        r"|(?P<unit>Epoch|epoch|Step|Iter|Batch)\W{1,3}(?:(?P<epoch>\d+)\W{1,6})?(?P<of>\d+)\s*/\s*\d+\b"
+                        r".{0,200}?\b[Ll]oss\b\W{0,3}-?\d")
 # the script a launcher ran: "python -u x.py", torchrun/deepspeed/accelerate lines, DeepSpeed's echoed argv
 _SCRIPT = re.compile(r"(?:python\d?(?:\.\d+)?|torchrun|deepspeed|launch|'-u',|nohup)\s+(?:['\"]?-[-\w=.]+['\"]?,?\s+)*"
                      r"['\"]?((?:[\w.-]+/)*[\w.-]+\.py)\b"
@@ -71,7 +73,9 @@ _ARG = re.compile(r"--(model_name_or_path|per_device_train_batch_size|gradient_a
 _MODEL_PATH = re.compile(r"(?:loading (?:weights|configuration) file|Loading model|_name_or_path\"?:)\s*\"?([^\s\"]+)")
 # phase lines: their literals are asked for before the regex (anchors.Gated)
 _SAVE_LINE = Gated(r"Saving model checkpoint to|Saving checkpoint|Saving model to|Saving trained model|save_16bit_model"
-                   r"|\[Torch\] Checkpoint|Saving the model|saving model checkpoint")
+                   r"|\[Torch\] Checkpoint|Saving the model|saving model checkpoint"
+                   # FSDP's full state dict, gathered to be saved (torch distributed/fsdp/_state_dict_utils.py)
+                   r"|Failed to clone\(\) tensor with name")
 _LOAD_LINE = Gated(r"loading weights file|Loading checkpoint shards|Instantiating \w+ model|Quantizing model to"
                    r"|Loading \S+-bit|activating zero\.init|Loading model|finished initializing model|load_model")
 _SETUP_LINE = Gated(r"DeepSpeed info: version|Creating \S+ ZeRO stage|DeepSpeed Basic Optimizer|initializing optimizer states"
@@ -107,7 +111,7 @@ BATCH = 256            # lines whose text is searched at once (feed_batch)
 # change what that check keeps, so a batch's one automaton scan tells each line which checks to run,
 # and a line no check wants changes nothing but the line count and the rings.
 _PROGRESS_WORDS = ("%", "{'", "oss", "Epoch")
-_MARKER_WORDS = ("*****", "aving", "saved", "oad", "nstantiating", "uantizing", "zero.init", "trainable params",
+_MARKER_WORDS = ("*****", "aving", "saved", "Failed to clone", "oad", "nstantiating", "uantizing", "zero.init", "trainable params",
                  "model checkpoint weights were used", "Gradient checkpointing enabled", "Fine-tuning method",
                  "DeepSpeed", "ZeRO", "optimizer states", "__init__]", "model parallel", "Starting trainer", "Unsloth - 2x faster",
                  "raining", "Batch generation can be very slow", "eval", "alidation", "testing")
@@ -163,6 +167,7 @@ class Parser:
         self.in_eval = False
         self.last_phase_marker = None
         self.train_total = None
+        self.eval_progress = (None, None)
 
     # ---- public ----------------------------------------------------------------------------
     def feed_batch(self, lines):
@@ -301,7 +306,8 @@ class Parser:
 
     def _context(self):
         return Context(last_marker=self.last_phase_marker.model_copy() if self.last_phase_marker else None, step=self.step, total_steps=self.total or self.train_total,
-                       losses_logged=self.losses, in_eval=self.in_eval)
+                       losses_logged=self.losses, in_eval=self.in_eval, eval_step=self.eval_progress[0],
+                       eval_total=self.eval_progress[1])
 
     # ---- progress --------------------------------------------------------------------------
     def _progress(self, line, text):
@@ -313,9 +319,10 @@ class Parser:
             m = _BAR_NOTEBOOK.search(text)
             if m:
                 self._bar(line, m)
-        if "oss" in text and "{'" not in text and _LOSS_LINE.search(text):
-            self.losses += 1                          # "iter 3436 step 53: loss 2.99" (litgpt, Megatron, custom loops)
-            self._advance(line)
+        if "oss" in text and "{'" not in text:
+            m = _LOSS_LINE.search(text)
+            if m:
+                self._loss_line(line, m)
         if "{'" in text:
             m = _DICT.search(text)
             if m:
@@ -337,10 +344,11 @@ class Parser:
         low = desc.lower()
         if "load" in low and ("shard" in low or "weight" in low or "checkpoint" in low) \
                 or "." in desc and _TENSOR_NAME.search(desc):
-            self._mark("load", line, n, total)
+            self._mark("load", line)            # its step: the training step it came at (none yet)
             return
         if any(w in low for w in ("valid", "test", "eval", "predict", "generat")):
             self._enter_eval(line)
+            self.eval_progress = (n, total)
             return
         if desc and any(w in low for w in _PREP_WORDS) or _PREP_UNIT.search(line.text):
             # data preparation: before the first step it is where the run stands (loading, in the
@@ -349,7 +357,8 @@ class Parser:
                 self._mark("prep", line)
             return
         if self.in_eval and (self.train_total is None or total != self.train_total):
-            return                                    # the eval bar has no description either
+            self.eval_progress = (n, total)           # the eval bar has no description either
+            return
         if self.train_total is None or not desc:
             self.train_total = self.train_total or total
         prev = self.step
@@ -361,6 +370,25 @@ class Parser:
         if prev is None or (n is not None and n > prev):
             if n:
                 self._advance(line)
+
+    def _loss_line(self, line, m):
+        """A loop's loss line: with a step counter, the steps done; "Epoch 2/3 … loss" counts epochs, and
+        only a second epoch says more than that a loss was logged."""
+        if m.group("n") is not None or m.group("unit") not in ("Epoch", "epoch"):
+            done = _int(m.group("n") or m.group("of"))
+        elif m.group("epoch") is not None:          # "Epoch: [e][i/N]": batch i of epoch e
+            done = _int(m.group("of")) if _int(m.group("epoch")) <= 1 else max(2, _int(m.group("of")))
+        else:
+            done = None if _int(m.group("of")) <= 1 else 2
+        if done is None:
+            self.losses += 1
+        else:
+            self.step = done
+        context = self.t.context
+        if self.pinned is not None and context.step is None and not context.losses_logged:
+            # stdout's buffered progress lands after stderr's traceback: it still says how far the run got
+            context.step, context.losses_logged = done, int(done is None)
+        self._advance(line)
 
     def _advance(self, line):
         if self.pinned is not None:
@@ -375,6 +403,7 @@ class Parser:
     def _enter_eval(self, line):
         if not self.in_eval:
             self.in_eval = True
+            self.eval_progress = (None, None)
             self._mark("eval_start", line)
 
     def _memory_point(self, line, text):
@@ -411,7 +440,7 @@ class Parser:
             elif "train metrics" in text:
                 self._mark("train_done", line)
             return
-        if "aving" in text or "saved" in text:
+        if "aving" in text or "saved" in text or "Failed to clone" in text:
             if _SAVE_LINE.search(text):
                 self._mark("save", line)
                 return

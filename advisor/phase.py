@@ -66,6 +66,10 @@ def phase_from_markers(context, failed_at=""):
         return training_phase(context)
     if marker.kind in ("train_start", "step", "eval_done"):
         return training_phase(context, failed_at)
+    if marker.kind in ("load", "load_done", "setup", "prep") and marker.step is None and context.step is not None:
+        # no training step before the loading, one drawn after it (tqdm shows its bar as the
+        # exception unwinds): the loop had begun
+        return training_phase(context, failed_at)
     phase = {"load": "load", "load_done": "load", "setup": "load", "prep": "load", "eval_start": "evaluation",
              "save": "checkpoint_save", "predict": "evaluation", "inference": "inference",
              # what follows the last step, unless an evaluation begins

@@ -40,6 +40,9 @@ _PATTERNS = [
     # too), then the device's own ("failed to allocate 1.2GiB (1288490188 bytes) from device")
     (HOST_OOM, "pinned_host", r"could not allocate pinned host memory|failed to alloc \d+ bytes on host"),
     (DEVICE_OOM, "tf_allocator", r"CUDA_ERROR_OUT_OF_MEMORY|HIP_ERROR_OutOfMemory|OOM when allocating tensor"),
+    # XLA's compiler finding the program does not fit the TPU's memory ("Ran out of memory in memory
+    # space hbm. Used 21.90G of 7.48G hbm."): an OOM, though it calls itself a compile error
+    (DEVICE_OOM, "xla_hbm", r"Ran out of memory in memory space (?:hbm|vmem)"),
     # Apple MLX: one buffer over Metal's limit, or a command buffer that ran out
     (DEVICE_OOM, "metal", r"\[metal::malloc\] Attempting to allocate|kIOGPUCommandBufferCallbackErrorOutOfMemory"),
     # PyTorch before 1.0 (THC) and CNTK: a failed cudaMalloc reported with CUDA's error code 2
@@ -204,6 +207,9 @@ _ASYNC = {
 # "pinned host memory of size: N") and MLX ("[metal::malloc] Attempting to allocate N bytes")
 _BYTES_REQUEST = re.compile(r"failed to alloc(?:ate)? (?:[\d.]+\s*[KMGTPE]i?B \()?(\d+) bytes|pinned host memory of size:?\s*(\d+)"
                             r"|\[metal::malloc\] Attempting to allocate (\d+) bytes")
+# XLA's "Used 21.90G of 7.48G hbm": sizes in its own units (HumanReadableNumBytes: K, M, G, T of 1024)
+_XLA_SPACE = re.compile(r"Used [\d.]+[KMGT]? of ([\d.]+)([KMGT]) (?:hbm|vmem)")
+_XLA_UNITS = {"K": 2 ** -20, "M": 2 ** -10, "G": 1.0, "T": 2 ** 10}
 _HOST_BYTES = re.compile(r"(?:tried to allocate|allocate)\s*(\d+)\s*bytes")
 _DONE = re.compile(r"but\s*unallocated|reserved\s*in\s*total\s*by\s*PyTorch\)|cached\)|See\s*documentation"
                    r"|on (?:private|shared) pool|Free \(according to CUDA\)")
@@ -252,6 +258,11 @@ def parse_numbers(block):
         if None not in known:
             mem["async_pool_gib"] = max(0.0, known[0] - known[1] - known[2])
         return mem
+    if "memory space" in block:
+        m = _XLA_SPACE.search(block)
+        if m:
+            mem["total_gib"] = float(m.group(1)) * _XLA_UNITS[m.group(2)]
+            return mem
     if "alloc" in block and ("bytes" in block or "pinned host" in block):
         m = _BYTES_REQUEST.search(block)
         if m:

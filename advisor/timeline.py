@@ -79,6 +79,8 @@ class Context(Record):
     total_steps: Optional[int] = None
     losses_logged: int = 0
     in_eval: bool = False
+    eval_step: Optional[int] = None         # the evaluation bar's batches done, and of how many
+    eval_total: Optional[int] = None
 
 
 @dataclass

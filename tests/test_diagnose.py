@@ -421,3 +421,72 @@ def test_weights_that_alone_exceed_the_card_were_never_all_placed(tmp_path):
     # a second GPU (the failing one is GPU 1) may hold a share of them: no such claim
     log.write_text(log.read_text().replace("(GPU 0;", "(GPU 1;"))
     assert diagnose_path(str(log), config_path=str(cfg)).phase != "load"
+
+
+def test_a_training_bar_first_drawn_after_the_loading_means_the_loop_had_begun():
+    """tqdm draws the training bar as the exception unwinds; before it only the loading bar had finished."""
+    log = ("Loading checkpoint shards: 100%|##########| 16/16 [00:29<00:00,  1.85s/it]\n"
+           '  File "/env/lib/python3.10/site-packages/unsloth_zoo/temporary_patches/gpt_oss.py", line 55, in swiglu_torch_forward\n'
+           "    a_linear = a_linear.clamp(min=-limit, max=limit)\n" + OOM + "\n"
+           "  0%|          | 0/4300 [00:02<?, ?it/s]\n")
+    d = diagnose_text(log, with_plan=False)
+    assert (d.phase, d.component) == ("first_step", "activations")
+    # a loading bar after training had stepped is where the run stands
+    assert diagnose_text(bars(1, 20) + "Loading checkpoint shards:  50%|#    | 1/2 [00:05<00:05, 5.00s/it]\n" + OOM,
+                         with_plan=False).phase == "load"
+
+
+def test_a_bar_cut_after_its_percentage_still_counts_after_the_message():
+    log = ("RuntimeError: MPS backend out of memory (MPS allocated: 33.48 GB, other allocations: 2.45 GB, max allowed: "
+           "36.27 GB). Tried to allocate 600.15 MB on private pool.\nEpoch 0:   4%|#####3\n")
+    assert diagnose_text(log, with_plan=False).phase == "mid_training"
+
+
+def test_a_loops_loss_line_counts_the_steps_it_names():
+    """Custom loops print a counter beside their loss: 0 or 1 steps done is the first step, more is later."""
+    tail = ('  File "train.py", line 276, in main\n    loss.backward()\n' + OLD_OOM + "\n")
+    for line, phase in (("iter = 0 of 60000 completed, loss = 4.349814414978027", "first_step"),
+                        ("Epoch: [1][   0/1989]\tTime 15.878 (15.878)\tLoss 0.267222 (0.267222)", "first_step"),
+                        ("Epoch: [3][   0/1989]\tTime 15.878 (15.878)\tLoss 0.267222 (0.267222)", "mid_training"),
+                        ("iter 3436 step 53: loss 2.9931, iter time: 95.41ms", "mid_training")):
+        assert diagnose_text(line + "\n" + tail, with_plan=False).phase == phase, line
+    # printed after the message (stdout buffered behind stderr), it still tells how far the run got
+    after = OLD_OOM + "\nEpoch: [63/4391266]   0%|          , loss=0.0535, lr=5e-5 [00:09<174:20:29\n"
+    assert diagnose_text(after, with_plan=False).phase == "mid_training"
+
+
+def test_an_evaluations_first_batches_fail_in_their_forward_not_in_accumulated_outputs():
+    log = ("0/10 * Epoch (train): 100% 32/32 [00:41<00:00,  2.39s/it, _fps=11.486, loss=0.898]\n"
+           "0/10 * Epoch (valid):   3% 1/32 [00:01<00:46,  1.50s/it, _fps=21.531, loss=1.656]\n"
+           "Traceback (most recent call last):\nRuntimeError: CUDA error: out of memory\n")
+    d = diagnose_text(log, with_plan=False)
+    assert (d.phase, d.component) == ("evaluation", "activations")
+    assert d.basis["component"] == "progress: evaluation batch 1 of 32"
+    late = log.replace("3% 1/32", "94% 30/32")
+    assert diagnose_text(late, with_plan=False).component == "eval_outputs"
+
+
+def test_fsdps_failed_clone_warning_is_the_state_dict_gathered_to_save():
+    log = ("/env/torch/distributed/fsdp/fully_sharded_data_parallel.py:2224: UserWarning: Failed to clone() tensor with "
+           "name _fsdp_wrapped_module.model.layers.30.self_attn.q_proj.weight. This may mean that this state_dict entry "
+           "could point to invalid memory regions after returning from state_dict() call if this parameter is managed by "
+           "FSDP. Please check clone implementation of x. Error: CUDA out of memory. Tried to allocate 64.00 MiB (GPU 6; "
+           "39.42 GiB total capacity; 38.51 GiB already allocated; 16.31 MiB free; 38.60 GiB reserved in total by PyTorch)\n")
+    assert diagnose_text(log, with_plan=False).phase == "checkpoint_save"
+
+
+def test_xla_running_out_of_a_tpus_memory_is_a_device_oom_with_its_capacity():
+    log = ("  0%|          | 0/12000 [00:00<?, ?it/s]\n"
+           "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory "
+           "in memory space hbm. Used 21.90G of 7.48G hbm. Exceeded hbm capacity by 14.42G.\n")
+    d = diagnose_text(log, with_plan=False)
+    assert (d.verdict, d.phase, d.memory["total_gib"]) == ("device_oom", "first_step", 7.48)
+
+
+def test_tgis_launcher_is_a_server_warming_up():
+    log = ("2023-07-07T17:55:40.000000Z  INFO text_generation_launcher: Starting Webserver\n"
+           "thread 'main' panicked at 'Unable to warmup model: Generation(\"Allocation on device 0 would exceed allowed "
+           "memory. (out of memory)\\nCurrently allocated     : 16.08 GiB\\nRequested               : 4.83 GiB\\nDevice "
+           "limit            : 22.20 GiB\\nFree (according to CUDA): 0 bytes\")'\n")
+    d = diagnose_text(log, with_plan=False)
+    assert (d.verdict, d.phase, d.facts["job_kind"]) == ("device_oom", "inference", "serving")
