@@ -289,7 +289,15 @@ def _zero_in_effect(c, s):
     return (s.zero, s.offload) if s is not None else zero_of(c.facts.get("deepspeed"))
 
 
+def _under_fsdp(c, s):
+    """FSDP shards the run already; DeepSpeed cannot be added beside it (the HF Trainer refuses both)."""
+    from .compat import fsdp_run
+    return bool(s.fsdp) if s is not None else fsdp_run(c)
+
+
 def _zero_sharding(c, s):
+    if _under_fsdp(c, s):
+        return None
     zero, _ = _zero_in_effect(c, s)
     states = c.d.component in ("optimizer_states", "gradients")
     if not c.multi_gpu or zero >= 3 or states and zero >= 2:
@@ -301,6 +309,11 @@ def _zero_sharding(c, s):
 def _cpu_offload(c, s):
     if c.d.phase == "checkpoint_save":
         return {}, {}, DISPLAY
+    if _under_fsdp(c, s):                           # FSDP's own CPU offload: parameters, gradients, states
+        if s is not None and s.offload:
+            return None
+        return (c.change("offload_param", True), {"offload": True}, SAFE) if c.key("offload_param") \
+            else ({}, {"offload": True}, DISPLAY)
     zero, offload = _zero_in_effect(c, s)
     if offload:
         return None

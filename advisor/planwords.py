@@ -144,6 +144,12 @@ _FSDP_SAVE = {"en": "save a sharded state dict (fsdp_state_dict_type: SHARDED_ST
                     "state dict 并卸载到 CPU（FullStateDictConfig(rank0_only=True, offload_to_cpu=True)）"}
 
 
+_FSDP_OFFLOAD = {"en": "turn on FSDP's CPU offload of parameters, gradients and optimizer states (HF Trainer: add "
+                       "`offload` to `fsdp`, e.g. \"full_shard auto_wrap offload\"; accelerate: fsdp_offload_params: true)",
+                 "zh": "打开 FSDP 的 CPU 卸载，把参数、梯度和优化器状态放到内存（HF Trainer：在 `fsdp` 中加入 `offload`，"
+                       "例如 \"full_shard auto_wrap offload\"；accelerate：fsdp_offload_params: true）"}
+
+
 def _fsdp(c):
     from .compat import fsdp_run           # DeepSpeed's gather-on-save is not an FSDP run's setting
     return fsdp_run(c)
@@ -156,8 +162,8 @@ def display_text(action, c):
         var = {"npu": "PYTORCH_NPU_ALLOC_CONF", "rocm": "PYTORCH_HIP_ALLOC_CONF"}.get(c.d.accelerator,
                                                                                      "PYTORCH_CUDA_ALLOC_CONF")
         return f"export {var}=expandable_segments:True"
-    if action == "cpu_offload" and c.d.phase == "checkpoint_save" and _fsdp(c):
-        return _FSDP_SAVE["zh" if c.lang == "zh" else "en"]
+    if action == "cpu_offload" and _fsdp(c):
+        return (_FSDP_SAVE if c.d.phase == "checkpoint_save" else _FSDP_OFFLOAD)["zh" if c.lang == "zh" else "en"]
     text = _DISPLAY.get(action, {}).get(c.lang) or _DISPLAY.get(action, {}).get("en", "")
     if not text and action in SHORT:      # the config's dialect has no key for it: say it in words
         text = SHORT[action][1 if c.lang == "zh" else 0]

@@ -192,7 +192,8 @@ _FIELDS = {
     "reserved_total": re.compile(_S + _W + r"reserved" + _W + "in" + _W + r"total"),
     # PyTorch 1.0-1.3: cached but not allocated (it is printed smaller than 'already allocated')
     "cached": re.compile(_S + _W + r"cached\)"),
-    "this_process": re.compile(r"this" + _W + "process" + _W + "has" + _W + _S + _W + "memory" + _W + "in" + _W + "use"),
+    # (kept when a paste ends right after the number)
+    "this_process": re.compile(r"this" + _W + "process" + _W + "has" + _W + _S + _W + r"(?:memory" + _W + "in" + _W + r"use|\s*$)"),
     "device": re.compile(r"(?:GPU|NPU|XPU)" + r"\s?(\d*)" + _W + r"has" + _W + "a" + _W + r"total|\((?:GPU|NPU|XPU)\s*(\d+);"),
 }
 _PROCESS = re.compile(r"Process" + _W + r"(\d+)" + _W + "has" + _W + _S + _W + "memory" + _W + "in" + _W + "use")

@@ -169,3 +169,21 @@ def test_ddp_wrapping_the_model_means_several_gpus_even_without_rank_prefixes():
            "MiB is reserved by PyTorch but unallocated.\n")
     d = diagnose_text(log)
     assert (d.rule, d.phase) == ("OOM310", "load") and d.plan[0]["action"] == "zero_sharding"
+
+
+def test_an_fsdp_run_is_never_handed_deepspeed(tmp_path):
+    """FSDP shards the run already, and the HF Trainer refuses `deepspeed` beside `fsdp`: no ZeRO move, and
+    offloading is FSDP's own switch."""
+    cfg = tmp_path / "args.yaml"
+    cfg.write_text("model_name_or_path: meta-llama/Llama-2-7b-hf\nnproc_per_node: 4\nper_device_train_batch_size: 1\n"
+                   "gradient_accumulation_steps: 1\nbf16: true\nfsdp: full_shard auto_wrap\n")
+    log = ('  File "/env/lib/python3.10/site-packages/torch/optim/adamw.py", line 606, in _multi_tensor_adamw\n'
+           "    exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs)\n"
+           "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 130.00 MiB. GPU 3 has a total capacity of "
+           "39.41 GiB of which 87.19 MiB is free. Of the allocated memory 38.60 GiB is allocated by PyTorch, and "
+           "100.00 MiB is reserved by PyTorch but unallocated.\n")
+    d = diagnose_text(log, config_path=str(cfg))
+    actions = [s["action"] for s in d.plan]
+    assert "zero_sharding" not in actions and not any("deepspeed" in s["changes"] for s in d.plan), d.plan
+    offload = next(s for s in d.plan if s["action"] == "cpu_offload")
+    assert "offload" in offload["display"] and "fsdp" in offload["display"]
