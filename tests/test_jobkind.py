@@ -3,11 +3,16 @@ its own settings, a prediction its eval batch, never a training batch."""
 
 import os
 
+import pytest
+
 from advisor import dialects as D
 from advisor.jobkind import decide, engine_settings
 from advisor.pipeline import diagnose_path
 from advisor.timeline import Frame
-from conftest import ROOT, SAMPLES
+from conftest import ROOT, SAMPLES, SHARED
+
+REFERENCE = SHARED / "reference" / "dialects"
+needs_reference = pytest.mark.skipif(not REFERENCE.is_dir(), reason="../shared/reference absent")
 
 TRAINING_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
                  "disable_gradient_checkpointing", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")
@@ -26,13 +31,14 @@ def applied(d):
     return {k for s in d.plan if not s["alternative"] for k in s["changes"]}
 
 
+@needs_reference
 def test_vllm_server_gets_engine_moves_in_its_own_dialect():
     d = sample("vllm-serve-sampler-oom", "vllm-serve-sampler-oom.yaml")
     assert d.facts["job_kind"] == "serving" and d.phase == "inference"
     assert d.budget is None                      # the training estimate does not describe a server
     keys = {k for s in d.plan for k in s["changes"]}
     assert not keys & set(TRAINING_KEYS)
-    vocab = set((ROOT.parent / "shared/reference/dialects/vllm.txt").read_text().split())
+    vocab = set((REFERENCE / "vllm.txt").read_text().split())
     assert all(k.replace("-", "_") in vocab for k in keys), keys
     first = d.plan[0]
     assert first["changes"] == {"max-num-seqs": [256, 128]}
@@ -107,8 +113,9 @@ def test_engine_settings_from_namespace_and_warm_up_lines():
     assert got == {"max_model_len": 8192, "gpu_memory_utilization": 0.9, "enforce_eager": True, "max_num_seqs": 64}
 
 
+@needs_reference
 def test_every_engine_key_the_planner_writes_is_in_the_dialect_reference():
-    refs = ROOT.parent / "shared/reference/dialects"
+    refs = REFERENCE
     for dialect in ("vllm", "verl", "trl", "ms_swift"):
         name = (D.table()[dialect].get("reference")) or dialect
         vocab = set((refs / f"{name}.txt").read_text().split())
