@@ -342,6 +342,14 @@ def _knob_facts(f, data, dialect):
             if v is not D.MISSING and str(v).lower() in (str(D.file_value(dialect, prec, True)).lower(), prec):
                 f.precision = prec
                 break
+    if f.precision is None and "on" in (D.knob(dialect, "bf16") or {}):
+        # a dtype key (vLLM's dtype, swift's torch_dtype) in any of its spellings
+        key = D.key_for(dialect, "bf16", data)
+        f.precision = _DTYPE_WORDS.get(str(D.get_path(data, key) if key else "").lower())
+
+
+_DTYPE_WORDS = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
+                "float32": "fp32", "fp32": "fp32", "float": "fp32"}
 
 
 def _defaults(f, dialect, data):

@@ -52,7 +52,8 @@ _MEM_POINT = re.compile(r"'memory\(GiB\)':\s*'?(?P<gib>[\d.]+)"
                         r"|(?:max_memory_allocated|[Mm]ax(?:imum)? memory allocated|[Pp]eak memory)\W{0,4}(?P<v>[\d.]+)\s*(?P<u>GiB|GB|MiB|MB)")
 MEMORY_POINTS = 64
 # a training loop announcing its start, in the words most loops use
-_TRAIN_START = re.compile(r"(?:[Ss]tart(?:ing|ed)?|[Bb]egin(?:ning)?) (?:the )?(?:model )?training\b|[Tt]raining (?:started|begins)")
+_TRAIN_START = re.compile(r"(?:[Ss]tart(?:ing|ed)?|[Bb]egin(?:ning)?) (?:the )?(?:model )?training\b|[Tt]raining (?:started|begins)"
+                          r"|\[before the start of training step\]")    # Megatron's timer line before its first step
 # an evaluation announced in the words most loops use ("Starting final eval...", "Running validation")
 _EVAL_START = re.compile(r"(?:[Ss]tart(?:ing|ed)?|[Bb]egin(?:ning)?|[Rr]unning|[Pp]erforming) (?:the )?(?:final )?"
                          r"(?:eval(?:uation)?|validation|testing)\b")
@@ -131,15 +132,16 @@ PROGRESS_PATTERNS = (_BAR, _BAR_LIGHT, MARKER_PHRASES)   # bars and phase lines 
 # which checks a line runs: one bit each (FRAMEWORK and COMMAND only in the log's head)
 PROGRESS, MARKER, FACT, SCRIPT, MEMORY, SIGNAL, FRAMEWORK, COMMAND = (1 << i for i in range(8))
 ALL = (1 << 8) - 1
-_ZERO_FRAME = re.compile(r"deepspeed/runtime/zero/(stage3|stage_1_and_2)\.py")
+# (partition_parameters.py holds ZeRO-3's zero.Init and its parameter gathers)
+_ZERO_FRAME = re.compile(r"deepspeed/runtime/zero/(stage3|stage_1_and_2|partition_parameters)\.py")
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16"}
 
 
 def _zero_of_frames(lines):
     for ln in lines:
-        m = _ZERO_FRAME.search(ln.text) if "zero/stage" in ln.text else None
+        m = _ZERO_FRAME.search(ln.text) if "runtime/zero/" in ln.text else None
         if m:
-            return "zero3" if m.group(1) == "stage3" else "zero2"      # stage_1_and_2: 2 is the likelier
+            return "zero2" if m.group(1) == "stage_1_and_2" else "zero3"    # stage_1_and_2: 2 is the likelier
     return None
 
 

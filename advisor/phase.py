@@ -147,7 +147,8 @@ def infer_phase(frames, context, memory=None, quoted=(), script=None, failed_at=
         return "load", f"allocator: PyTorch held {held:.2f} GiB, not even the weights"
     beyond = weights_beyond_card(facts, memory) if phase == "unknown" and facts is not None else None
     if beyond:
-        return "load", f"model: its weights alone ({beyond[0]:.1f} GiB at 16 bits) exceed the {beyond[1]:.1f} GiB card"
+        bits = 32 if facts.precision == "fp32" else 16
+        return "load", f"model: its weights alone ({beyond[0]:.1f} GiB at {bits} bits) exceed the {beyond[1]:.1f} GiB card"
     if phase == "unknown":
         outer = next((f.path for f in frames if f.func == "<module>"), None)
         for name in (outer, script):
@@ -165,7 +166,7 @@ _LOW_BIT_NAME = re.compile(r"awq|gptq|int[48]|[48]-?bit|bnb|nf4|gguf|fp8|exl2|qu
 
 
 def weights_beyond_card(facts, memory):
-    """(weights GiB, card GiB) when the model's weights alone, at 16 bits a parameter, exceed the whole
+    """(weights GiB, card GiB) when the model's weights alone, at 16 bits a parameter (32 in fp32), exceed the whole
     card of a run that holds them on one card (no quantisation, sharding or second GPU stated or seen:
     a failing GPU 1 has a GPU 0 beside it); else None. Every phase after loading needs them all in
     place, so such a run failed while loading."""
@@ -179,7 +180,7 @@ def weights_beyond_card(facts, memory):
     from .catalog import find_model
     shape = find_model(facts.model)[0] if facts.model else None
     params_b = shape.params_b if shape is not None else facts.params_b
-    weights = params_b * 2e9 / 2 ** 30 if params_b else 0
+    weights = params_b * 1e9 * (4 if facts.precision == "fp32" else 2) / 2 ** 30 if params_b else 0
     return (weights, total) if weights > 1.05 * total else None
 
 

@@ -231,13 +231,22 @@ def _reduce_seq_len(c, s):
 
 def _precision(c, s):
     prec = s.precision if s else c.facts.get("precision")
-    native = s.bf16_native if s else None
+    native = s.bf16_native if s else _card_has_bf16(c)
+    if c.job in ENGINE_KINDS and prec != "fp32":
+        return None                               # an engine loads in the model's own 16-bit dtype unless told
     if prec == "fp32" or prec is None:
         new = "bf16" if native is not False else "fp16"
-        return c.change(new, True), {"precision": new}, UNSAFE
+        # serving in 16 bits is what an engine does unless told otherwise (vLLM's dtype auto)
+        return c.change(new, True), {"precision": new}, SAFE if c.job in ENGINE_KINDS else UNSAFE
     if prec == "bf16" and c.dialect == "llamafactory" and s is not None and s.method == "full" and native:
         return c.change("pure_bf16", True), {"precision": "pure_bf16"}, UNSAFE
     return None
+
+
+def _card_has_bf16(c):
+    from .runspec import resolve_gpu
+    card, _ = resolve_gpu(memory=c.d.memory, facts_gpu=c.facts.get("gpu"))
+    return card.bf16 if card is not None else None
 
 
 def _quantize(c, s):
@@ -402,7 +411,7 @@ JOB_LADDERS = {
     "offline_generation": ("reduce_batch", "engine_memory_share", "enforce_eager", "reduce_seq_len", "kv_cache_fp8"),
     "rl_rollout": ("engine_memory_share", "reduce_batch", "cpu_offload", "enforce_eager"),
 }
-ENGINE_LOAD_LADDER = ("tensor_parallel", "smaller_model")      # weights that do not fit one card
+ENGINE_LOAD_LADDER = ("precision", "tensor_parallel", "smaller_model")      # weights that do not fit one card
 _OUTSIDE_ESTIMATE = tuple(JOB_LADDERS) + ("prediction",)   # jobs whose moves the training estimate cannot judge
 _NOT_IN_PREDICTION = ("reduce_batch", "grad_accum", "grad_checkpointing", "optimizer_8bit", "use_lora", "cpu_offload")
 

@@ -38,7 +38,8 @@ class Line:
 _ESCAPE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")       # what a terminal does not show
 _ANSI = re.compile(_ESCAPE.pattern + r"|(?<![\w\]])\[[0-9;]{1,8}m")       # and the codes a paste lost the ESC of
 _PASTE_NO = re.compile(r"^\[\d{1,7}\] ?")
-_HOST = re.compile(r"^(?:(?:\d{1,3}\.){3}\d{1,3}|[A-Za-z][\w-]{0,62}\d[\w-]{0,62}): (?=\S)")   # bounded: no backtracking
+# bounded: no backtracking; Ascend's error codes ("EL0004: …", "EE1001: …") are no host names
+_HOST = re.compile(r"^(?![A-Z]{2}\d{4}:)(?:(?:\d{1,3}\.){3}\d{1,3}|[A-Za-z][\w-]{0,62}\d[\w-]{0,62}): (?=\S)")
 _RANK = re.compile(r"^\[(?:rank(\d+)|[A-Za-z_]*?(\d+))\]:\s?")
 _RAY = re.compile(r"^\((?:[\w.]+) pid=\d+(?:, ip=[\d.]+)?\) ?")
 # the start that any of the four prefixes needs: one match tells most lines they have none

@@ -38,11 +38,14 @@ _PATTERNS = [
     (DEVICE_OOM, "npu_driver", r"EL0004\b|driver error:\s*out of memory"),
     # TensorFlow / XLA's allocators: a pinned *host* buffer first (its line names the CUDA error
     # too), then the device's own ("failed to allocate 1.2GiB (1288490188 bytes) from device")
-    (HOST_OOM, "pinned_host", r"could not allocate pinned host memory|failed to alloc \d+ bytes on host"),
+    (HOST_OOM, "pinned_host", r"could not allocate pinned host memory|failed to alloc \d+ bytes on host"
+                              r"|cudaHostAlloc failed.{0,40}?out of memory"),   # MindSpore's and others' pinned buffers
     (DEVICE_OOM, "tf_allocator", r"CUDA_ERROR_OUT_OF_MEMORY|HIP_ERROR_OutOfMemory|OOM when allocating tensor"),
     # XLA's compiler finding the program does not fit the TPU's memory ("Ran out of memory in memory
     # space hbm. Used 21.90G of 7.48G hbm."): an OOM, though it calls itself a compile error
     (DEVICE_OOM, "xla_hbm", r"Ran out of memory in memory space (?:hbm|vmem)"),
+    # MindSpore's dynamic allocator: "… plus alloc size : 100555779072 is more than total mem size : 61079552000"
+    (DEVICE_OOM, "mindspore", r"alloc size : \d+ is more than total mem size"),
     # Apple MLX: one buffer over Metal's limit, or a command buffer that ran out
     (DEVICE_OOM, "metal", r"\[metal::malloc\] Attempting to allocate|kIOGPUCommandBufferCallbackErrorOutOfMemory"),
     # PyTorch before 1.0 (THC) and CNTK: a failed cudaMalloc reported with CUDA's error code 2
@@ -50,7 +53,8 @@ _PATTERNS = [
     (DEVICE_OOM, "cublas_alloc", r"CU(?:BLAS|SOLVER|DNN|SPARSE|FFT)_STATUS_ALLOC_FAILED"),
     (DEVICE_OOM, "nvml_assert", r"NVML_SUCCESS == r INTERNAL ASSERT FAILED"),
     (HOST_OOM, "ray_memory_monitor", r"ray\.exceptions\.OutOfMemoryError|node running low on memory"
-                                      r"|exceeds the memory usage threshold|ray-oom-prevention|Memory on the node \(IP:"),
+                                      r"|exceeds the memory usage threshold|ray-oom-prevention|Memory on the node \(IP:"
+                                      r"|exceeded K8s pod memory limits"),      # a worker the pod's cgroup killed
     (DEVICE_OOM, "oom_exception", r"OutOfMemoryError\b(?!\s*Traceback)"),
     # IPython's header names the exception above its trace: the OOM even when the paste lost the last line
     (DEVICE_OOM, "ipython_header", r"^(?:\w+\.)*OutOfMemoryError\s{2,}Traceback \(most recent call last\)"),
@@ -81,6 +85,8 @@ _PATTERNS = [
     (ERROR, "nccl", r"Watchdog caught collective operation timeout|NCCL operations have failed or timed out"
                     r"|NCCL (?:error|Error|WARN)|ProcessGroupNCCL.{0,1000}?(?:timeout|Timeout|timed out)"),
     (ERROR, "nccl", r"nccl\w*Error\b"),
+    # Ascend: torch_npu's "NPU error, error code is 107002" (its out-of-memory code EL0004 is read above)
+    (ERROR, "npu_error", r"NPU error, error code is \d+"),
     (ERROR, "native", r"terminate called after throwing|Segmentation fault|Signal (?:11|6|7) \(SIG|SIG(?:SEGV|ABRT|BUS)\b"
                       r"|Bus error|what\(\):|Received \d+ death signal|cuBLAS API failed|CUBLAS_STATUS_\w+"
                       r"|Received Signals\.SIG(?:HUP|TERM|INT) death signal"    # the launcher told to stop
@@ -105,7 +111,7 @@ _KEYS = ("rror", "memory", "xception", "xit", "Kill", "kill", "SIG", "ignal", "A
          "terminate", "what()", "death", "Bus", "ubprocess", "Root Cause", "Interrupt", "OOM", "oom", "EL0004",
          "Resources", "STATUS", "low on", "failed", "shm", "ailure", "ERROR", "KV cache", "FAIL", "Memory on the node",
          "bad_alloc", "Unable to allocate", "已杀死", "已砍掉", "OutOfMemory", "metal::malloc", "paging file",
-         "No space left", "= -9", "return code = -", "Search for `", "Watchdog", "FATAL",
+         "No space left", "mem size", "= -9", "return code = -", "Search for `", "Watchdog", "FATAL",
          "CRITICAL", "Traceback (most recent call last)")
 
 
@@ -184,8 +190,9 @@ _FIELDS = {
     "tried": re.compile(r"(?:Tried|tried)" + _W + "to" + _W + "allocate" + _W + r"(?:more" + _W + "than" + _W + ")?" + _S),
     # "(GPU 0; 12.00 GiB total" where a paste ends: the capacity, cut before its word
     "total": re.compile(r"total" + _W + r"capac(?:i)?ty" + _W + "of" + _W + _S + r"|" + _S + _W + "total" + r"(?:" + _W + r"capacity|\s*$)"),
-    # "of which X is free", kept when a paste cuts it after the number (nothing else says "of which")
-    "free": re.compile(r"of" + _W + "which" + _W + _S + "|" + _S + _W + r"free\s*[;)]"),
+    # "of which X is free", kept when a paste cuts it after the number (nothing else says "of which");
+    # the bracket form's "X free;" also when a paste ends inside the word ("170.14 MiB fre")
+    "free": re.compile(r"of" + _W + "which" + _W + _S + "|" + _S + _W + r"(?:free\s*[;)]|fr(?:ee?)?\s*$)"),
     "allocated": re.compile(r"Of" + _W + "the" + _W + "allocated" + _W + "memory" + _W + _S    # kept when a paste cuts the rest
                             + "|" + _S + _W + "already" + _W + "allocated"),
     "reserved_unallocated": re.compile(_S + _W + r"is" + _W + "reserved" + _W + "by" + _W + "PyTorch" + _W + "but" + _W + "unallocated"),
@@ -208,6 +215,7 @@ _ASYNC = {
 # "pinned host memory of size: N") and MLX ("[metal::malloc] Attempting to allocate N bytes")
 _BYTES_REQUEST = re.compile(r"failed to alloc(?:ate)? (?:[\d.]+\s*[KMGTPE]i?B \()?(\d+) bytes|pinned host memory of size:?\s*(\d+)"
                             r"|\[metal::malloc\] Attempting to allocate (\d+) bytes")
+_MINDSPORE = re.compile(r"alloc size : (\d+) is more than total mem size : (\d+)")
 # XLA's "Used 21.90G of 7.48G hbm": sizes in its own units (HumanReadableNumBytes: K, M, G, T of 1024)
 _XLA_SPACE = re.compile(r"Used [\d.]+[KMGT]? of ([\d.]+)([KMGT]) (?:hbm|vmem)")
 _XLA_UNITS = {"K": 2 ** -20, "M": 2 ** -10, "G": 1.0, "T": 2 ** 10}
@@ -259,6 +267,11 @@ def parse_numbers(block):
         if None not in known:
             mem["async_pool_gib"] = max(0.0, known[0] - known[1] - known[2])
         return mem
+    if "total mem size" in block:
+        m = _MINDSPORE.search(block)
+        if m:
+            mem["tried_gib"], mem["total_gib"] = int(m.group(1)) / 2**30, int(m.group(2)) / 2**30
+            return mem
     if "memory space" in block:
         m = _XLA_SPACE.search(block)
         if m:

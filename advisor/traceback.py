@@ -79,10 +79,19 @@ def decisive_frames(frames, signal_line, rank=None, boundaries=(), repeats=()):
     traceback boundary (an earlier error line), of the same rank when ranks are known. When the
     paste put the frames after the message (a quoted error line, then the trace), take those; the
     copies of the message on the lines right below it (`repeats`: other ranks, the exception's other
-    half) do not end that trace."""
+    half) do not end that trace. A rank that printed no trace of its own takes the one another rank
+    printed beside its message: ranks running one program fail alike."""
     if rank is not None and any(f.rank is not None for f in frames):
-        frames = [f for f in frames if f.rank in (rank, None)]
-    start = max((b for b in boundaries if b < signal_line), default=0)
+        own = _trace_of([f for f in frames if f.rank in (rank, None)], signal_line, boundaries, repeats)
+        if own:
+            return own
+    return _trace_of(frames, signal_line, boundaries, repeats)
+
+
+def _trace_of(frames, signal_line, boundaries, repeats):
+    # an error line right above the message is its head ("RuntimeError: ACL stream synchronize
+    # failed." over the runtime's "EL0004: … Failed to allocate memory"), not an earlier failure
+    start = max((b for b in boundaries if b < signal_line - 1), default=0)
     before = [f for f in frames if start < f.line < signal_line]
     if before:
         return before

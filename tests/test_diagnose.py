@@ -490,3 +490,83 @@ def test_tgis_launcher_is_a_server_warming_up():
            "limit            : 22.20 GiB\\nFree (according to CUDA): 0 bytes\")'\n")
     d = diagnose_text(log, with_plan=False)
     assert (d.verdict, d.phase, d.facts["job_kind"]) == ("device_oom", "inference", "serving")
+
+
+def test_ascends_error_codes_are_no_host_names_and_the_error_above_the_message_is_its_head():
+    """"EL0004: …" is CANN's out-of-memory code, not a `host:` prefix; "RuntimeError: ACL stream synchronize
+    failed." right above it is the same exception's head, so the ZeRO-3 frames above both are its trace."""
+    log = ('  File "/env/lib/python3.9/site-packages/deepspeed/runtime/zero/stage3.py", line 1484, in partition_grads\n'
+           "    cuda_grad_buffer = grad_buffer.to(grad_partition.device, non_blocking=True)\n"
+           "RuntimeError: ACL stream synchronize failed.\n"
+           "EL0004: 2025-01-31-08:23:58.845.175 Failed to allocate memory.\n"
+           "        Possible Cause: Available memory is insufficient.\n"
+           "        rtMalloc execute failed, reason=[driver error:out of memory][FUNC:FuncErrorReason]\n")
+    d = diagnose_text(log, with_plan=False)
+    assert (d.verdict, d.component) == ("device_oom", "gradients")
+    assert d.evidence[0].text.startswith("EL0004: ")
+
+
+def test_a_driver_level_oom_with_nothing_else_starts_with_the_batch():
+    """No allocator numbers, so no other process is shown: the ladder starts with the batch (LABELS 8);
+    checking for other processes stays in the rule's explanation."""
+    d = diagnose_text("RuntimeError: CUDA error: out of memory\n")
+    assert (d.rule, d.phase, d.component) == ("OOM503", "unknown", "unknown")
+    assert d.plan[0]["action"] == "reduce_batch" and "nvidia-smi" in d.explanation
+
+
+def test_memory_failures_of_other_runtimes():
+    cases = {
+        # a Ray worker the pod's memory limit killed
+        "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: "
+        "Worker exits unexpectedly. Worker exits with an exit code None. The worker may have exceeded K8s pod memory "
+        "limits.": ("host_oom", None, None),
+        # a pinned host buffer (MindSpore's data pipeline)
+        "[ERROR] MD(14433,7fea2effd700,python):2021-12-12-14:13:43.932.181 [mindspore/ccsrc/minddata/dataset/util/"
+        "arena.cc:250] Init] cudaHostAlloc failed, ret[2], out of memory": ("host_oom", None, None),
+        # MindSpore's device allocator, in bytes
+        "[ERROR] PRE_ACT(145615,fffbdf67f120,python):2025-01-12-09:48:13.703.514 [mindspore/ccsrc/backend/common/"
+        "mem_reuse/mem_dynamic_allocator.cc:392] AddMemBlockAndMemBufByEagerFree] TotalUsedMemStatistics : 24725382656 "
+        "plus alloc size : 100555779072 is more than total mem size : 61079552000.": ("device_oom", 93.65, 56.885),
+    }
+    for line, (verdict, tried, total) in cases.items():
+        d = diagnose_text(line + "\n", with_plan=False)
+        assert d.verdict == verdict, line
+        if tried:
+            assert (round(d.memory["tried_gib"], 2), round(d.memory["total_gib"], 3)) == (tried, total)
+    npu = "(allocate:torch_npu/csrc/core/npu/NPUCachingAllocator.cpp:2050 NPU error, error code is 107002\n"
+    assert diagnose_text(npu, with_plan=False).verdict == "not_oom"
+
+
+def test_megatrons_first_step_banner_starts_the_training():
+    log = ("Setting rerun_state_machine.current_iteration to 0...\n"
+           "[before the start of training step] datetime: 2025-05-06 12:45:42\n"
+           "[rank0]: RuntimeError: DataLoader worker (pid 9382) is killed by signal: Killed.\n")
+    assert diagnose_text(log, with_plan=False).phase == "first_step"
+
+
+def test_a_layer_building_its_weights_on_the_card_is_loading_even_inside_an_engine():
+    log = ('  File "/env/lib/python3.9/site-packages/vllm/model_executor/models/llama.py", line 103, in __init__\n'
+           "    self.qkv_proj = ColumnParallelLinear(\n"
+           '  File "/env/lib/python3.9/site-packages/vllm/model_executor/parallel_utils/tensor_parallel/layers.py", '
+           "line 272, in __init__\n    self.weight = Parameter(torch.empty(\n" + OLD_OOM + "\n")
+    d = diagnose_text(log, with_plan=False)
+    assert (d.phase, d.component) == ("load", "weights")
+
+
+def test_a_statement_on_the_logits_names_activations():
+    log = ("    logits = logits / self.temperature\n             ~~~~~~~^~~~~~~~~~~~~~~~~~\n"
+           "RuntimeError: MPS backend out of memory (MPS allocated: 12.74 GB, other allocations: 4.39 GB, max allowed: "
+           "18.13 GB). Tried to allocate 1.02 GB on private pool.\n")
+    assert diagnose_text(log, with_plan=False).component == "activations"
+
+
+def test_the_bracket_forms_free_memory_kept_when_a_paste_ends_inside_its_word():
+    log = "RuntimeError: CUDA out of memory. Tried to allocate 195.31 MiB (GPU 0; 4.00 GiB total capacity; 2.88 GiB already allocated; 170.14 MiB fre\n"
+    assert round(diagnose_text(log, with_plan=False).memory["free_gib"], 4) == 0.1662
+
+
+def test_zero3s_parameter_gathers_say_the_run_is_under_zero3():
+    log = ('  File "/env/lib/python3.10/site-packages/deepspeed/runtime/zero/partition_parameters.py", line 1832, in '
+           "_allgather_params\n    replicated_tensor = torch.empty(param.ds_shape, dtype=param.ds_tensor.dtype)\n"
+           + OLD_OOM + "\n")
+    assert diagnose_text(log, with_plan=False).facts["deepspeed"] == "zero3"

@@ -168,3 +168,16 @@ def test_the_benchmark_evaluator_is_a_prediction_job_whose_batch_is_batch_size(t
     d = diagnose_path(str(log), config_path=str(cfg))
     assert (d.phase, d.facts["job_kind"], d.facts["script"]) == ("evaluation", "prediction", "evaluate.sh")
     assert d.plan[0]["changes"] == {"batch_size": [4, 2]} and d.budget is None
+
+
+def test_an_engine_serving_in_fp32_loads_weights_beyond_its_card_and_goes_16_bit_first(tmp_path):
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text("model: /models/Qwen2-7B-Instruct\nmax_model_len: 512\ndtype: float\nenforce_eager: true\n")
+    log = tmp_path / "serve.log"
+    log.write_text("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 518.00 MiB. GPU 0 has a total "
+                   "capacity of 21.67 GiB of which 4.06 MiB is free. Of the allocated memory 21.30 GiB is allocated by "
+                   "PyTorch, and 100.00 MiB is reserved by PyTorch but unallocated.\n"
+                   "INFO:     Started server process [4242]\n")
+    d = diagnose_path(str(log), config_path=str(cfg))
+    assert (d.phase, d.component, d.facts["precision"]) == ("load", "weights", "fp32")
+    assert d.plan[0]["changes"] == {"dtype": ["float", "bfloat16"]}
