@@ -130,8 +130,8 @@ _COMMAND_HINT = re.compile(r"(?:^|[$#>+] )(?:[A-Z_]+=\S+ )*(?:llamafactory-cli|l
 _COMMAND_WORDS = ("llamafactory-cli", "lmf", "torchrun", "accelerate", "swift", "vllm", "tune", "deepspeed", "python")
 PROGRESS_PATTERNS = (_BAR, _BAR_LIGHT, MARKER_PHRASES)   # bars and phase lines a wrap may cut (reader)
 # which checks a line runs: one bit each (FRAMEWORK and COMMAND only in the log's head)
-PROGRESS, MARKER, FACT, SCRIPT, MEMORY, SIGNAL, FRAMEWORK, COMMAND = (1 << i for i in range(8))
-ALL = (1 << 8) - 1
+PROGRESS, MARKER, FACT, SCRIPT, MEMORY, SIGNAL, FRAMEWORK, COMMAND, FLAG = (1 << i for i in range(9))
+ALL = (1 << 9) - 1
 # (partition_parameters.py holds ZeRO-3's zero.Init and its parameter gathers)
 _ZERO_FRAME = re.compile(r"deepspeed/runtime/zero/(stage3|stage_1_and_2|partition_parameters)\.py")
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16"}
@@ -478,8 +478,8 @@ class Parser:
 
     def _facts(self, line, text, mask=ALL):
         f = self.f
-        if line.no <= FRAMEWORK_HEAD:
-            self._command(line, text, mask & COMMAND)
+        if line.no <= FRAMEWORK_HEAD and mask & COMMAND:   # (a command going on gets every bit)
+            self._command(line, text)
         if line.no <= FRAMEWORK_HEAD and f.framework != "llamafactory" and mask & FRAMEWORK:
             self._framework(text)
         if not mask & FACT:                   # a frame's path: its framework and ".py", no fact word
@@ -513,8 +513,9 @@ class Parser:
             if m:
                 self._ds_kv(line, m.group(1), m.group(2))
             return
-        for m in _ARG.finditer(text):         # starts with a literal: re skips a line without "--" at C speed
-            self._arg(line, m.group(1), m.group(2))
+        if mask & FLAG:
+            for m in _ARG.finditer(text):
+                self._arg(line, m.group(1), m.group(2))
         if "ZeRO stage" in text:
             m = re.search(r"Creating \S+ ZeRO stage (\d) optimizer", text)
             if m:
@@ -550,7 +551,8 @@ class Parser:
                               "", m.group(1).rstrip(",."))
                 if path and not path.endswith((".json", ".bin", ".safetensors", ".pt")):
                     self._set("model", path, line)
-        self._script(line, text)
+        if mask & SCRIPT:
+            self._script(line, text)
         if "Instantiating" in text:
             m = _ARCH.search(text)
             if m:
@@ -567,7 +569,7 @@ class Parser:
             if m:
                 self._set("script", m.group(1) or m.group(2), line)
 
-    def _command(self, line, text, may_match=True):
+    def _command(self, line, text):
         """The launch command a log echoes (a shell prompt, `+ cmd`): patched when no config is given."""
         t = self.t
         if t.command is not None and t.command.endswith("\\") and line.no == t.command_line + t.command.count("\n") + 1:
@@ -575,7 +577,7 @@ class Parser:
             return
         # the launcher opens the line, after settings (`CUDA_VISIBLE_DEVICES=0 …`) or a prompt: a frame's
         # path holding "python" is none, and spares the search
-        m = _COMMAND_HINT.search(text) if t.command is None and may_match and (
+        m = _COMMAND_HINT.search(text) if t.command is None and (
             text.startswith(_COMMAND_WORDS) or "A" <= text[:1] <= "Z" or text[:1] == "_"
             or "$ " in text or "# " in text or "> " in text or "+ " in text) else None
         if m:                                        # without the shell prompt before it
@@ -677,7 +679,7 @@ def _words():
     if not _WORDS:
         from .anchors import minimal, required
         groups = [(PROGRESS, _PROGRESS_WORDS), (MARKER, _MARKER_WORDS), (FACT, _FACT_WORDS),
-                  (FACT, minimal(required(_ARG.pattern))),      # a line of dashes holds no flag
+                  (FACT | FLAG, minimal(required(_ARG.pattern))),      # a line of dashes holds no flag
                   (SCRIPT, _SCRIPT_WORDS), (MEMORY, _MEMORY_WORDS), (SIGNAL, sig._KEYS),
                   (FRAMEWORK, tuple(n for n, _ in _FRAMEWORKS)), (COMMAND, _COMMAND_WORDS)]
         bits = {}
