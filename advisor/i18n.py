@@ -324,6 +324,10 @@ _BASIS_ZH = [
     (r"timestamps: (\d+) min after training began", lambda m: f"时间戳：训练开始 {m[1]} 分钟后"),
     (r"allocator: PyTorch held (\S+) GiB, not even the weights", lambda m: f"分配器：PyTorch 只占用 {m[1]} GiB，连权重都还没放上"),
     (r"forward/backward frames after loading", lambda m: "加载之后的前向/反向堆栈帧"),
+    (r"DataLoader frames after loading", lambda m: "加载之后 DataLoader 在取数据的堆栈帧"),
+    (r"model: its weights alone \((\S+) GiB at (\d+) bits\) exceed the (\S+) GiB card",
+     lambda m: f"模型：仅权重（{m[2]} 位下 {m[1]} GiB）就超过了 {m[3]} GiB 的显卡"),
+    (r"progress: evaluation batch (\d+) of (\d+)", lambda m: f"进度：评估才到第 {m[1]} / {m[2]} 批，输出还没积累起来"),
     (r"an evaluation bar", lambda m: "评估进度条"),
     (r"nothing in the log (?:shows|names) it", lambda m: "日志中没有依据"),
 ]
