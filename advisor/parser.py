@@ -129,7 +129,8 @@ _COMMAND_HINT = re.compile(r"(?:^|[$#>+] )(?:[A-Z_]+=\S+ )*(?:llamafactory-cli|l
 # a word each launcher of _COMMAND_HINT starts with (the head's gate: a line without one is no command)
 _COMMAND_WORDS = ("llamafactory-cli", "lmf", "torchrun", "accelerate", "swift", "vllm", "tune", "deepspeed", "python")
 PROGRESS_PATTERNS = (_BAR, _BAR_LIGHT, MARKER_PHRASES)   # bars and phase lines a wrap may cut (reader)
-# which checks a line runs: one bit each (FRAMEWORK and COMMAND only in the log's head)
+# which checks a line runs: one bit each (FRAMEWORK and COMMAND only in the log's head; FLAG, a
+# launcher's `--flag value`, is part of the facts)
 PROGRESS, MARKER, FACT, SCRIPT, MEMORY, SIGNAL, FRAMEWORK, COMMAND, FLAG = (1 << i for i in range(9))
 ALL = (1 << 9) - 1
 # (partition_parameters.py holds ZeRO-3's zero.Init and its parameter gathers)
@@ -346,7 +347,7 @@ class Parser:
         low = desc.lower()
         if "load" in low and ("shard" in low or "weight" in low or "checkpoint" in low) \
                 or "." in desc and _TENSOR_NAME.search(desc):
-            self._mark("load", line)            # its step: the training step it came at (none yet)
+            self._mark("load", line)
             return
         if any(w in low for w in ("valid", "test", "eval", "predict", "generat")):
             self._enter_eval(line)
@@ -422,9 +423,8 @@ class Parser:
             del series[0]
 
     # ---- phase markers ---------------------------------------------------------------------
-    def _mark(self, kind, line, step=None, total=None):
-        m = Marker(kind=kind, line=line.no, text=line.text[:300], step=step if step is not None else self.step,
-                   total=total)
+    def _mark(self, kind, line):
+        m = Marker(kind=kind, line=line.no, text=line.text[:300], step=self.step)
         if self.markers and self.markers[-1].kind == kind and kind in ("load", "prep"):
             self.markers[-1] = m
         else:

@@ -166,10 +166,10 @@ _LOW_BIT_NAME = re.compile(r"awq|gptq|int[48]|[48]-?bit|bnb|nf4|gguf|fp8|exl2|qu
 
 
 def weights_beyond_card(facts, memory):
-    """(weights GiB, card GiB) when the model's weights alone, at 16 bits a parameter (32 in fp32), exceed the whole
-    card of a run that holds them on one card (no quantisation, sharding or second GPU stated or seen:
-    a failing GPU 1 has a GPU 0 beside it); else None. Every phase after loading needs them all in
-    place, so such a run failed while loading."""
+    """(weights GiB, card GiB) when the model's weights alone, at 16 bits a parameter (32 in fp32),
+    exceed the whole card of a run that holds them on one card (no quantisation, sharding or second
+    GPU stated or seen: a failing GPU 1 has a GPU 0 beside it); else None. Every phase after loading
+    needs them all in place, so such a run failed while loading."""
     memory = memory or {}
     total = memory.get("total_gib")
     if not total or not facts.model and not facts.params_b or facts.quantization_bit \

@@ -12,8 +12,7 @@ class Marker(Record):
     kind: str            # load | load_done | setup | prep | train_start | eval_start | eval_done | save | train_done | predict
     line: int
     text: str
-    step: Optional[int] = None
-    total: Optional[int] = None
+    step: Optional[int] = None           # the training step the run was at (None: it had not stepped)
 
 
 @dataclass
