@@ -411,7 +411,8 @@ JOB_LADDERS = {
     "offline_generation": ("reduce_batch", "engine_memory_share", "enforce_eager", "reduce_seq_len", "kv_cache_fp8"),
     "rl_rollout": ("engine_memory_share", "reduce_batch", "cpu_offload", "enforce_eager"),
 }
-ENGINE_LOAD_LADDER = ("precision", "tensor_parallel", "smaller_model")      # weights that do not fit one card
+ENGINE_LOAD_LADDER = ("precision", "tensor_parallel", "quantize", "smaller_model")      # weights that do not fit one card
+ENGINE_LOAD_LADDER_ONE_CARD = ("precision", "quantize", "tensor_parallel", "smaller_model")
 _OUTSIDE_ESTIMATE = tuple(JOB_LADDERS) + ("prediction",)   # jobs whose moves the training estimate cannot judge
 _NOT_IN_PREDICTION = ("reduce_batch", "grad_accum", "grad_checkpointing", "optimizer_8bit", "use_lora", "cpu_offload")
 
@@ -421,7 +422,8 @@ def candidates(diagnosis, rule, multi_gpu):
     if job in ENGINE_KINDS and not engine_run(diagnosis):
         job = "training"                        # inference read from the phase alone: the usual ladders
     if job in ENGINE_KINDS and diagnosis.component == "weights":
-        return list(ENGINE_LOAD_LADDER)
+        # one card seen: splitting needs cards the run may not have, so a smaller checkpoint comes first
+        return list(ENGINE_LOAD_LADDER if multi_gpu else ENGINE_LOAD_LADDER_ONE_CARD)
     if job in JOB_LADDERS and diagnosis.component not in ("other_process", "fragmentation", "host_memory"):
         return list(JOB_LADDERS[job])
     if job in JOB_LADDERS and diagnosis.component in ("other_process", "fragmentation"):

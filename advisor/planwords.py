@@ -77,6 +77,12 @@ ENGINE_WHY = {
     "reduce_seq_len": {"en": "max_model_len caps the longest request the engine accepts and sizes its warm-up; longer "
                              "requests are refused.",
                        "zh": "max_model_len 限定引擎接受的最长请求，也决定预热的规模；更长的请求会被拒绝。"},
+    "quantize": {"en": "A checkpoint quantised to 4 bits (AWQ, GPTQ) holds its weights in about a quarter of their 16-bit "
+                       "size, fp8 in half; answers change slightly.",
+                 "zh": "量化到 4 位的权重（AWQ、GPTQ）只占 16 位时的约四分之一，fp8 占一半；回答会略有变化。"},
+    "precision": {"en": "An engine serves in the model's own 16-bit dtype unless told otherwise: fp32 weights take "
+                        "twice the memory for no gain in serving.",
+                  "zh": "引擎默认按模型自己的 16 位类型提供服务；fp32 权重多占一倍显存，对推理没有好处。"},
 }
 
 # Each move in a few words, for a support reply that speaks to many runs at once (no numbers).
@@ -111,7 +117,10 @@ SHORT = {
 
 # an engine's moves in its own words
 ENGINE_SHORT = {"reduce_batch": ("lower max_num_seqs, the sequences the engine runs at once", "调小 max_num_seqs（引擎同时运行的序列数）"),
-                "reduce_seq_len": ("lower max_model_len", "调小 max_model_len")}
+                "reduce_seq_len": ("lower max_model_len", "调小 max_model_len"),
+                "quantize": ("serve a 4-bit checkpoint of the model (AWQ, GPTQ) or quantise it as it loads "
+                             "(vLLM: --quantization fp8)",
+                             "改用该模型的 4 位量化版本（AWQ、GPTQ），或在加载时量化（vLLM：--quantization fp8）")}
 
 
 _DISPLAY = {
