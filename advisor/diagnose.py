@@ -22,7 +22,7 @@ SCHEMA = "oom-doctor/diagnosis/v1"
 _DEFAULT_COMPONENT = {"load": "weights", "first_step": "activations", "mid_training": "activations",
                       "evaluation": "eval_outputs", "checkpoint_save": "weights", "inference": "activations"}
 _NUMBERED = ("caching_allocator", "mps", "malloc_async", "cpu_allocator", "oom_exception", "pinned_host", "tf_allocator",
-             "xla_hbm", "mindspore", "metal")
+             "xla_hbm", "mindspore", "paddle", "metal")
 
 
 @dataclass

@@ -210,9 +210,10 @@ def activity_of(line):
 def _phase_of(frames, context, quoted, failed_at):
     r = from_frames(frames)
     if r is not None and r.phase and r.weak:
-        # a function's name is a guess; the statement that failed inside the innermost frame is not
-        call = read_call(frames[-1].source)
-        if call is not None and call.phase and not call.weak:
+        # a function's name is a guess; the statement that failed inside the innermost frame (what it
+        # calls: `pipe.to(device)`, `self._init_workers()`) is the more specific one
+        call = quoted_call(frames[-1:], ())
+        if call is not None and call.phase not in (None, "skip") and not call.weak:
             return _from_reading(call, context, f"quoted call {call.what}")
     if r is not None and r.phase:
         return _from_reading(r, context, f"frame {r.what}")

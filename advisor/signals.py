@@ -44,6 +44,9 @@ _PATTERNS = [
     # XLA's compiler finding the program does not fit the TPU's memory ("Ran out of memory in memory
     # space hbm. Used 21.90G of 7.48G hbm."): an OOM, though it calls itself a compile error
     (DEVICE_OOM, "xla_hbm", r"Ran out of memory in memory space (?:hbm|vmem)"),
+    # PaddlePaddle's allocator ("Out of memory error on GPU 0. Cannot allocate 428.000000MB memory on GPU 0,
+    # 79.153320GB memory has been allocated and available memory is only 175.562500MB.")
+    (DEVICE_OOM, "paddle", r"Out of memory error on (?:GPU|NPU|XPU|Custom\w*) ?\d*\. Cannot allocate"),
     # MindSpore's dynamic allocator: "… plus alloc size : 100555779072 is more than total mem size : 61079552000"
     (DEVICE_OOM, "mindspore", r"alloc size : \d+ is more than total mem size"),
     # Apple MLX: one buffer over Metal's limit, or a command buffer that ran out
@@ -87,6 +90,8 @@ _PATTERNS = [
     (ERROR, "nccl", r"nccl\w*Error\b"),
     # Ascend: torch_npu's "NPU error, error code is 107002" (its out-of-memory code EL0004 is read above)
     (ERROR, "npu_error", r"NPU error, error code is \d+"),
+    # ROCm's runtime on a bad address (HSA's page fault): the look-alike of an illegal memory access
+    (ERROR, "native", r"Memory access fault by GPU node"),
     (ERROR, "native", r"terminate called after throwing|Segmentation fault|Signal (?:11|6|7) \(SIG|SIG(?:SEGV|ABRT|BUS)\b"
                       r"|Bus error|what\(\):|Received \d+ death signal|cuBLAS API failed|CUBLAS_STATUS_\w+"
                       r"|Received Signals\.SIG(?:HUP|TERM|INT) death signal"    # the launcher told to stop
@@ -111,7 +116,7 @@ _KEYS = ("rror", "memory", "xception", "xit", "Kill", "kill", "SIG", "ignal", "A
          "terminate", "what()", "death", "Bus", "ubprocess", "Root Cause", "Interrupt", "OOM", "oom", "EL0004",
          "Resources", "STATUS", "low on", "failed", "shm", "ailure", "ERROR", "KV cache", "FAIL", "Memory on the node",
          "bad_alloc", "Unable to allocate", "已杀死", "已砍掉", "OutOfMemory", "metal::malloc", "paging file",
-         "No space left", "mem size", "= -9", "return code = -", "Search for `", "Watchdog", "FATAL",
+         "No space left", "mem size", "access fault", "= -9", "return code = -", "Search for `", "Watchdog", "FATAL",
          "CRITICAL", "Traceback (most recent call last)")
 
 
@@ -215,6 +220,8 @@ _ASYNC = {
 # "pinned host memory of size: N") and MLX ("[metal::malloc] Attempting to allocate N bytes")
 _BYTES_REQUEST = re.compile(r"failed to alloc(?:ate)? (?:[\d.]+\s*[KMGTPE]i?B \()?(\d+) bytes|pinned host memory of size:?\s*(\d+)"
                             r"|\[metal::malloc\] Attempting to allocate (\d+) bytes")
+_PADDLE = re.compile(r"Cannot allocate ([\d.]+[KMG]B) memory on \w+ ?\d*, ([\d.]+[KMG]B) memory has been allocated and "
+                     r"available memory is only ([\d.]+[KMG]B)")     # its MB and GB are binary (2**20, 2**30)
 _MINDSPORE = re.compile(r"alloc size : (\d+) is more than total mem size : (\d+)")
 # XLA's "Used 21.90G of 7.48G hbm": sizes in its own units (HumanReadableNumBytes: K, M, G, T of 1024)
 _XLA_SPACE = re.compile(r"Used [\d.]+[KMGT]? of ([\d.]+)([KMGT]) (?:hbm|vmem)")
@@ -267,6 +274,12 @@ def parse_numbers(block):
         if None not in known:
             mem["async_pool_gib"] = max(0.0, known[0] - known[1] - known[2])
         return mem
+    if "Cannot allocate" in block and "has been allocated" in block:
+        m = _PADDLE.search(block)
+        if m:
+            mem["tried_gib"], mem["allocated_by_pytorch_gib"], mem["free_gib"] = (
+                to_gib(m.group(i).replace("MB", " MiB").replace("GB", " GiB").replace("KB", " KiB")) for i in (1, 2, 3))
+            return mem
     if "total mem size" in block:
         m = _MINDSPORE.search(block)
         if m:

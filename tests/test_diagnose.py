@@ -323,8 +323,8 @@ def test_a_loggers_failed_line_below_the_message_does_not_end_its_trace():
            'linear.py", line 202, in create_weights\n'
            "ERROR 11-05 12:19:32 [core.py:708]     weight = ModelWeightParameter(data=torch.empty(\n")
     d = diagnose_text(log, with_plan=False)
-    assert (d.phase, d.component) == ("inference", "weights")
-    assert d.basis["component"] == "frame linear.py:create_weights"
+    assert (d.phase, d.component, d.rule) == ("load", "weights", "OOM101")
+    assert d.basis["phase"] == "frame linear.py:create_weights"
 
 
 def test_ipythons_header_names_an_error_that_is_not_about_memory():
@@ -570,3 +570,33 @@ def test_zero3s_parameter_gathers_say_the_run_is_under_zero3():
            "_allgather_params\n    replicated_tensor = torch.empty(param.ds_shape, dtype=param.ds_tensor.dtype)\n"
            + OLD_OOM + "\n")
     assert diagnose_text(log, with_plan=False).facts["deepspeed"] == "zero3"
+
+
+def test_paddles_allocator_is_a_device_oom_with_its_numbers():
+    log = ("ResourceExhaustedError: \n\nOut of memory error on GPU 0. Cannot allocate 428.000000MB memory on GPU 0, "
+           "79.153320GB memory has been allocated and available memory is only 175.562500MB.\n")
+    d = diagnose_text(log, with_plan=False)
+    assert d.verdict == "device_oom"
+    assert (round(d.memory["tried_gib"], 4), round(d.memory["allocated_by_pytorch_gib"], 3),
+            round(d.memory["free_gib"], 4)) == (0.418, 79.153, 0.1714)
+
+
+def test_rocms_memory_access_fault_is_a_look_alike():
+    log = ("Memory access fault by GPU node-1 (Agent handle: 0x3d1bda20) on address 0x7fa18d83f000. Reason: Page not "
+           "present or supervisor privilege.\nTraceback (most recent call last):\n"
+           '  File "/env/lib/python3.12/site-packages/vllm/entrypoints/openai/api_server.py", line 1, in run\n')
+    assert diagnose_text(log, with_plan=False).verdict == "not_oom"
+
+
+def test_building_a_model_on_the_card_is_loading():
+    """`with torch.device("cuda"):` (an engine building its model), ColossalAI's lazy materialisation and vLLM's
+    old engine constructor (the call on its innermost line) place weights."""
+    device = ('  File "/env/lib64/python3.13/site-packages/torch/utils/_device.py", line 109, in __torch_function__\n'
+              "    return func(*args, **kwargs)\n" + OOM + "\n")
+    lazy = ('  File "/env/lib/python3.10/site-packages/colossalai/lazy/lazy_init.py", line 215, in materialize\n'
+            "    target = self._materialize_data()\n" + OOM + "\n")
+    engine = ('  File "/env/lib/python3.8/site-packages/vllm/engine/llm_engine.py", line 111, in __init__\n'
+              "    self._init_workers()\n" + OOM + "\n")
+    for log in (device, lazy, engine):
+        d = diagnose_text(log, with_plan=False)
+        assert (d.phase, d.component) == ("load", "weights"), log

@@ -227,9 +227,12 @@ def test_a_caught_error_logged_with_what_ran_gives_the_phase():
 
 def test_an_engines_catch_all_does_not_hide_what_the_framework_table_knows():
     """The hand-written vLLM catch-all is consulted last: the per-framework entries for the engine's own
-    functions (a layer creating its weights, the sampler's warm-up) are read first."""
+    functions (a layer creating its weights — the engine loading — or the sampler's warm-up) are read first."""
     weights = _reading('File "/env/lib/python3.10/site-packages/vllm/model_executor/layers/linear.py", line 202, '
                        'in create_weights')
-    assert (weights.phase, weights.component) == ("inference", "weights")
+    assert (weights.phase, weights.component) == ("load", "weights")
+    warm_up = _reading('File "/env/lib/python3.10/site-packages/vllm/v1/worker/gpu_model_runner.py", line 1548, '
+                       'in _dummy_sampler_run')
+    assert (warm_up.phase, warm_up.component) == ("inference", "activations")
     other = _reading('File "/env/lib/python3.10/site-packages/vllm/some/new_module.py", line 9, in anything')
     assert (other.phase, other.component, other.weak) == ("inference", None, True)
