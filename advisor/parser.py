@@ -29,8 +29,10 @@ _BAR = re.compile(r"(?:^|\r)\s*(?:(?P<desc>(?:[^|\r\s][^|\r]*?)?):\s*)?(?P<pct>\
                   r"/(?P<total>\d+|\?)")    # the description starts after the spaces: one way to split them
 _BAR_LIGHT = re.compile(r"(?P<desc>[A-Z][\w ]{0,80}?):\s*(?P<pct>\d{1,3})%\s+(?P<n>\d+)/(?P<total>\d+)")  # lightning/colab
 # the same without its bar under any description ("padding:  65% 2207000/3382137 [03:08<01:16, …]"):
-# tqdm's timing bracket after the counts tells it from prose
+# tqdm's timing bracket after the counts tells it from prose. Found by its tail (a literal first: a
+# fast scan), then its description read from the 80 characters before it (_plain_bar)
 _BAR_PLAIN = re.compile(r"(?P<desc>[^\W\d][^:|\[\]\r]{0,80}?):\s*(?P<pct>\d{1,3})%\s+(?P<n>\d+)/(?P<total>\d+) \[")
+_BAR_PLAIN_TAIL = re.compile(r":\s*\d{1,3}%\s+\d+/\d+ \[")
 # the HF Trainer's notebook bar as a paste renders it: "[ 501/1500 06:35 < 13:11, 1.26 it/s, Epoch 1/3]"
 # (transformers utils/notebook.py); only the training bar names the epoch
 _BAR_NOTEBOOK = re.compile(r"\[\s*(?P<n>\d+)/(?P<total>\d+) [\d:]+(?: < [\d:]+)?(?:, [\d.]+ it/s)?, (?P<desc>Epoch [\d.]+/\d+)(?P<pct>)\]")
@@ -136,6 +138,11 @@ ALL = (1 << 9) - 1
 # (partition_parameters.py holds ZeRO-3's zero.Init and its parameter gathers)
 _ZERO_FRAME = re.compile(r"deepspeed/runtime/zero/(stage3|stage_1_and_2|partition_parameters)\.py")
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16"}
+
+
+def _plain_bar(text):
+    tail = _BAR_PLAIN_TAIL.search(text)
+    return _BAR_PLAIN.search(text, max(0, tail.start() - 81), tail.end()) if tail else None
 
 
 def _zero_of_frames(lines):
@@ -315,7 +322,7 @@ class Parser:
     # ---- progress --------------------------------------------------------------------------
     def _progress(self, line, text):
         if "%" in text and "|" in text or "/" in text and "%" in text:
-            m = _BAR.search(text) or _BAR_LIGHT.search(text) or _BAR_CUT.match(text) or _BAR_PLAIN.search(text)
+            m = _BAR.search(text) or _BAR_LIGHT.search(text) or _BAR_CUT.match(text) or _plain_bar(text)
             if m:
                 self._bar(line, m)
         elif "Epoch" in text and "[" in text:

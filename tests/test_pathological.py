@@ -205,3 +205,13 @@ def test_adversarial_long_lines():
         t0 = time.monotonic()
         diagnose_text(("{'loss': 1.0}\n" + line + "\n").encode(), with_plan=False)
         assert time.monotonic() - t0 < 5, (head, unit, tail)
+
+
+def test_many_long_lines_that_almost_read_as_a_bar():
+    """A description search that tried every position would take ~0.1 s a line here; the bar's tail is
+    found first, so a hundred such lines stay quick."""
+    from advisor.pipeline import diagnose_text
+    line = "a" * 60000 + "%/ "
+    t0 = time.monotonic()
+    diagnose_text(("\n".join([line] * 100) + "\n").encode(), with_plan=False)
+    assert time.monotonic() - t0 < 5
