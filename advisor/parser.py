@@ -80,12 +80,15 @@ _SAVE_LINE = Gated(r"Saving model checkpoint to|Saving checkpoint|Saving model t
                    # FSDP's full state dict, gathered to be saved (torch distributed/fsdp/_state_dict_utils.py)
                    r"|Failed to clone\(\) tensor with name")
 _LOAD_LINE = Gated(r"loading weights file|Loading checkpoint shards|Instantiating \w+ model|Quantizing model to"
-                   r"|Loading \S+-bit|activating zero\.init|Loading model|finished initializing model|load_model")
+                   r"|Loading \S+-bit|activating zero\.init|Loading model|finished initializing model|load_model"
+                   # a checkpoint shard named as it is read ("Processing pytorch_model-00001-of-00002.bin")
+                   r"|\d{5}-of-\d{5}\.(?:bin|safetensors|pt)\b")
 _SETUP_LINE = Gated(r"DeepSpeed info: version|Creating \S+ ZeRO stage|DeepSpeed Basic Optimizer|initializing optimizer states"
                     r"|Stage 3 initialize beginning|DeepSpeedZeRoOffload initialize|Final Optimizer"
                     r"|\[(?:stage_1_and_2|stage3)\.py:\d+:__init__\]"
-                    # fairscale's and Megatron's process groups, set up before the checkpoint is read
-                    r"|initializing model parallel with size")
+                    # fairscale's and Megatron's process groups, set up before the checkpoint is read;
+                    # ColossalAI's launch
+                    r"|initializing model parallel with size|environment is initialized, data parallel size")
 _ARCH = re.compile(r"Instantiating (\w+?)(?:ForCausalLM|LMHeadModel|ForConditionalGeneration)\b[^.]* dtype torch\.(\w+)")
 
 # a bar counting examples or batches of a dataset, not steps (datasets' map and filter: "examples/s", "ba/s")
@@ -116,7 +119,7 @@ BATCH = 256            # lines whose text is searched at once (feed_batch)
 _PROGRESS_WORDS = ("%", "{'", "oss", "Epoch")
 _MARKER_WORDS = ("*****", "aving", "saved", "Failed to clone", "oad", "nstantiating", "uantizing", "zero.init", "trainable params",
                  "model checkpoint weights were used", "Gradient checkpointing enabled", "Fine-tuning method",
-                 "DeepSpeed", "ZeRO", "optimizer states", "__init__]", "model parallel", "Starting trainer", "Unsloth - 2x faster",
+                 "DeepSpeed", "ZeRO", "optimizer states", "__init__]", "model parallel", "environment is initialized", "-of-0", "Starting trainer", "Unsloth - 2x faster",
                  "raining", "Batch generation can be very slow", "eval", "alidation", "testing")
 # (a launcher's flags are asked for by _ARG's own literals, `--model`…: see _words)
 _FACT_WORDS = (" = ", "trainable params", "Process rank", "......", "ZeRO", "Gradient checkpointing enabled",
@@ -453,16 +456,17 @@ class Parser:
             if _SAVE_LINE.search(text):
                 self._mark("save", line)
                 return
-        if "oad" in text or "nstantiating" in text or "uantizing" in text or "zero.init" in text:
-            if _LOAD_LINE.search(text) and "%|" not in text:
-                self._mark("load", line)
+        if "oad" in text or "nstantiating" in text or "uantizing" in text or "zero.init" in text or "-of-0" in text:
+            if _LOAD_LINE.search(text) and "%|" not in text and "saved" not in text and "aving" not in text:
+                self._mark("load", line)     # (a shard's name in a save line is the save's)
                 return
         if "trainable params" in text or "model checkpoint weights were used" in text or "after model load" in text \
                 or "Gradient checkpointing enabled" in text or "Fine-tuning method" in text:
             self._mark("load_done", line)
             return
         if ("DeepSpeed" in text or "ZeRO" in text or "optimizer states" in text or "__init__]" in text
-                or "model parallel" in text) and _SETUP_LINE.search(text):     # the engine being built
+                or "model parallel" in text or "environment is initialized" in text) \
+                and _SETUP_LINE.search(text):     # the engine being built
             self._mark("setup", line)
             return
         if "Starting trainer" in text or "Unsloth - 2x faster" in text or "raining" in text and _TRAIN_START.search(text):

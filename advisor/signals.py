@@ -22,7 +22,9 @@ STRENGTH = {DEVICE_OOM: 0, HOST_OOM: 0, HOST_KILL: 1, ERROR: 2, CASCADE: 3}
 _PATTERNS = [
     # a rank that crashed natively (SIGSEGV, SIGABRT, SIGBUS), as its launcher reports it: before the
     # launcher's own notice, which the same line holds
-    (ERROR, "native", r"return code = -(?:11|6|7)\b|exitcode\s*:\s*-(?:11|6|7)\b|exit (?:code|status)\s*:?\s*(?:-11|139|134)\b"),
+    (ERROR, "native", r"return code = -(?:11|6|7)\b|exitcode\s*:\s*-(?:11|6|7)\b|exit (?:code|status)\s*:?\s*(?:-11|139|134)\b"
+                      # Windows: an access violation (0xC0000005) or a stack overflow (0xC00000FD) as a status
+                      r"|exit (?:code|status)\s*:?\s*(?:3221225477|3221225725|-1073741819|-1073741571)\b"),
     (CASCADE, "launcher", r"closing signal SIG\w+|ChildFailedError|CalledProcessError|returned non-zero exit status"
                           r"|Killing subprocess|Root Cause \(first observed failure\)|process \d+ terminated with exit code"),
     (DEVICE_OOM, "caching_allocator", r"(?:CUDA|HIP|XPU|NPU) out of memory\b"),
@@ -36,6 +38,9 @@ _PATTERNS = [
                            r"|Error \[CUDA\]: out of memory|maximum number of tokens that can be stored in KV cache"
                            r"|Allocation is out of device memory"),          # Intel XPU (IPEX)
     (DEVICE_OOM, "npu_driver", r"EL0004\b|driver error:\s*out of memory"),
+    # a serving engine refusing its own token budget at warm-up (TGI: "Not enough memory to handle 1024
+    # prefill tokens. You need to decrease `--max-batch-prefill-tokens`")
+    (DEVICE_OOM, "engine", r"Not enough memory to handle \d+ (?:prefill )?tokens"),
     # TensorFlow / XLA's allocators: a pinned *host* buffer first (its line names the CUDA error
     # too), then the device's own ("failed to allocate 1.2GiB (1288490188 bytes) from device")
     (HOST_OOM, "pinned_host", r"could not allocate pinned host memory|failed to alloc \d+ bytes on host"
@@ -50,7 +55,8 @@ _PATTERNS = [
     # MindSpore's dynamic allocator: "… plus alloc size : 100555779072 is more than total mem size : 61079552000"
     (DEVICE_OOM, "mindspore", r"alloc size : \d+ is more than total mem size"),
     # Apple MLX: one buffer over Metal's limit, or a command buffer that ran out
-    (DEVICE_OOM, "metal", r"\[metal::malloc\] Attempting to allocate|kIOGPUCommandBufferCallbackErrorOutOfMemory"),
+    (DEVICE_OOM, "metal", r"\[metal::malloc\] Attempting to allocate|kIOGPUCommandBufferCallbackErrorOutOfMemory"
+                          r"|\[malloc_or_wait\] Unable to allocate"),
     # PyTorch before 1.0 (THC) and CNTK: a failed cudaMalloc reported with CUDA's error code 2
     (DEVICE_OOM, "driver", r"THCudaCheck FAIL.{0,200}?out of memory|CUDA failure 2: out of memory"),
     (DEVICE_OOM, "cublas_alloc", r"CU(?:BLAS|SOLVER|DNN|SPARSE|FFT)_STATUS_ALLOC_FAILED"),
@@ -89,7 +95,7 @@ _PATTERNS = [
                     r"|NCCL (?:error|Error|WARN)|ProcessGroupNCCL.{0,1000}?(?:timeout|Timeout|timed out)"),
     (ERROR, "nccl", r"nccl\w*Error\b"),
     # Ascend: torch_npu's "NPU error, error code is 107002" (its out-of-memory code EL0004 is read above)
-    (ERROR, "npu_error", r"NPU error, error code is \d+"),
+    (ERROR, "npu_error", r"NPU error, error code is \d+|rt\w*Synchronize\w* execute failed"),
     # ROCm's runtime on a bad address (HSA's page fault): the look-alike of an illegal memory access
     (ERROR, "native", r"Memory access fault by GPU node"),
     (ERROR, "native", r"terminate called after throwing|Segmentation fault|Signal (?:11|6|7) \(SIG|SIG(?:SEGV|ABRT|BUS)\b"
@@ -116,7 +122,8 @@ _KEYS = ("rror", "memory", "xception", "xit", "Kill", "kill", "SIG", "ignal", "A
          "terminate", "what()", "death", "Bus", "ubprocess", "Root Cause", "Interrupt", "OOM", "oom", "EL0004",
          "Resources", "STATUS", "low on", "failed", "shm", "ailure", "ERROR", "KV cache", "FAIL", "Memory on the node",
          "bad_alloc", "Unable to allocate", "已杀死", "已砍掉", "OutOfMemory", "metal::malloc", "paging file",
-         "No space left", "mem size", "access fault", "= -9", "return code = -", "Search for `", "Watchdog", "FATAL",
+         "No space left", "mem size", "access fault", "Not enough memory to handle", "malloc_or_wait",
+         "3221225", "-1073741", "= -9", "return code = -", "Search for `", "Watchdog", "FATAL",
          "CRITICAL", "Traceback (most recent call last)")
 
 
@@ -223,6 +230,7 @@ _BYTES_REQUEST = re.compile(r"failed to alloc(?:ate)? (?:[\d.]+\s*[KMGTPE]i?B \(
 _PADDLE = re.compile(r"Cannot allocate ([\d.]+[KMG]B) memory on \w+ ?\d*, ([\d.]+[KMG]B) memory has been allocated and "
                      r"available memory is only ([\d.]+[KMG]B)")     # its MB and GB are binary (2**20, 2**30)
 _MINDSPORE = re.compile(r"alloc size : (\d+) is more than total mem size : (\d+)")
+_MINDSPORE_USED = re.compile(r"TotalUsedMemStatistics : (\d+)")
 # XLA's "Used 21.90G of 7.48G hbm": sizes in its own units (HumanReadableNumBytes: K, M, G, T of 1024)
 _XLA_SPACE = re.compile(r"Used [\d.]+[KMGT]? of ([\d.]+)([KMGT]) (?:hbm|vmem)")
 _XLA_UNITS = {"K": 2 ** -20, "M": 2 ** -10, "G": 1.0, "T": 2 ** 10}
@@ -284,6 +292,10 @@ def parse_numbers(block):
         m = _MINDSPORE.search(block)
         if m:
             mem["tried_gib"], mem["total_gib"] = int(m.group(1)) / 2**30, int(m.group(2)) / 2**30
+            used = _MINDSPORE_USED.search(block)
+            if used:
+                mem["allocated_by_pytorch_gib"] = int(used.group(1)) / 2**30
+                mem["free_gib"] = max(0.0, mem["total_gib"] - mem["allocated_by_pytorch_gib"])
             return mem
     if "memory space" in block:
         m = _XLA_SPACE.search(block)

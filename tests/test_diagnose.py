@@ -600,3 +600,43 @@ def test_building_a_model_on_the_card_is_loading():
     for log in (device, lazy, engine):
         d = diagnose_text(log, with_plan=False)
         assert (d.phase, d.component) == ("load", "weights"), log
+
+
+def test_more_runtimes_reporting_memory_and_crashes():
+    mlx = ("libc++abi: terminating due to uncaught exception of type std::runtime_error: [malloc_or_wait] Unable to "
+           "allocate 12 bytes.\n")
+    assert diagnose_text(mlx, with_plan=False).verdict == "device_oom"
+    tgi = ("RuntimeError: Not enough memory to handle 1024 prefill tokens. You need to decrease "
+           "`--max-batch-prefill-tokens`\n")
+    assert diagnose_text(tgi, with_plan=False).verdict == "device_oom"
+    windows = ("subprocess.CalledProcessError: Command '['python.exe', 'flux_train.py']' returned non-zero exit status "
+               "3221225477.\n")
+    assert diagnose_text(windows, with_plan=False).verdict == "not_oom"       # 0xC0000005, an access violation
+    npu = ("EE1002: 2024-09-03-16:50:00.041.231 Stream synchronize timeout. rtDeviceSynchronize execute failed, "
+           "reason=[stream sync timeout]\n")
+    assert diagnose_text(npu, with_plan=False).verdict == "not_oom"
+    mindspore = ("[ERROR] PRE_ACT(54175,fffdbcff91e0,python):2024-10-22-11:24:55.301.443 [mindspore/ccsrc/backend/"
+                 "common/mem_reuse/mem_dynamic_allocator.cc:392] AddMemBlockAndMemBufByEagerFree] TotalUsedMemStatistics "
+                 ": 29356337664 plus TotalUsedByEventMemStatistics : 0 and plus alloc size : 301990400 is more than "
+                 "total mem size : 29464985600.\n")
+    m = diagnose_text(mindspore, with_plan=False).memory
+    assert (round(m["allocated_by_pytorch_gib"], 2), round(m["free_gib"], 4)) == (27.34, 0.1012)
+
+
+def test_loading_and_set_up_lines_before_a_kill():
+    for line in ("Processing pytorch_model-00001-of-00002.bin",
+                 "                             environment is initialized, data parallel size: 4, pipeline parallel size: 1"):
+        d = diagnose_text(line + "\nKilled\n", with_plan=False)
+        assert (d.verdict, d.phase) == ("host_oom", "load"), line
+    saved = diagnose_text("Model weights saved in out/model-00001-of-00002.safetensors\nKilled\n", with_plan=False)
+    assert saved.phase != "load"
+
+
+def test_an_optimizer_wrapping_its_fp32_master_copy_and_an_engine_creating_its_weights_are_set_up():
+    zero = ('  File "/env/lib/python3.8/site-packages/colossalai/zero/sharded_optim/low_level_optim.py", line 175, in '
+            "__init__\n    fp32_flat_current_rank = fp16_flat_current_rank.float()\n" + OLD_OOM + "\n")
+    assert (lambda d: (d.phase, d.component))(diagnose_text(zero, with_plan=False)) == ("load", "optimizer_states")
+    engine = ('  File "/env/lib/python3.10/site-packages/lmdeploy/turbomind/turbomind.py", line 199, in '
+              "_create_weight_func\n    model_comm.create_shared_weights(device_id, rank)\n"
+              "RuntimeError: [TM][ERROR] CUDA runtime error: out of memory /turbomind/utils/memory_utils.cu:32\n")
+    assert (lambda d: (d.phase, d.component))(diagnose_text(engine, with_plan=False)) == ("load", "weights")
