@@ -28,7 +28,8 @@ def validate(data):
     fields = {"key", "aliases", "default", "on", "invert", "with", "source"}
     for name, spec in data["dialects"].items():
         if not {"name", "source", "detect", "knobs"} <= set(spec) or \
-                not set(spec) <= {"name", "reference", "source", "detect", "ds_path", "facts_keys", "knobs", "facts"}:
+                not set(spec) <= {"name", "reference", "source", "detect", "ds_path", "sections", "facts_keys", "knobs",
+                                   "facts"}:
             raise ValueError(f"dialects.yaml {name}: needs name, source, detect and knobs, and nothing unknown")
         for knob, entry in spec["knobs"].items():
             if not set(entry) <= fields:

@@ -28,7 +28,7 @@ class Config:
         self.from_log = None                   # the log line the command was read from, when it was
         self.display_path = str(path)          # as the user typed it: the diff names it so `patch -p0` finds it
         self.dialect = (command.dialect if command is not None else None) or detect_dialect(data)
-        self.facts, self.defaulted = facts_of(data, self.dialect, self.path.parent)
+        self.facts, self.defaulted = facts_of(D.settings_of(self.dialect, data), self.dialect, self.path.parent)
         if command is not None and self.facts.num_gpus is None:
             self.facts.num_gpus = _int(command.launcher.get("nproc_per_node") or command.launcher.get("num_processes")
                                        or command.launcher.get("num_gpus"))

@@ -33,14 +33,37 @@ def detect(data, min_score=3):
     is not enough (`base_model` opens axolotl files and alpaca-lora scripts' flags alike)."""
     # `max-model-len` (vLLM's YAML takes its flags' spelling) is the key max_model_len
     keys = {k.replace("-", "_") for k in flat_keys(data)} if isinstance(data, dict) else set()
+    for section in _sections():                 # settings nested under a section count as the dialect's own
+        keys |= {k[len(section) + 1:] for k in keys if k.startswith(section + ".")}
     best, best_score = UNKNOWN, 0
     for name, spec in table().items():
         det = spec.get("detect") or {}
         score = sum(3 if m.endswith(".") else 2 for m in det.get("markers", ()) if _has(keys, m)) + \
-            sum(1 for m in det.get("weak", ()) if _has(keys, m))
+            sum(1 for m in det.get("weak", ()) if _has(keys, m)) + \
+            (2 if section_of(name, data) else 0)          # its own section (`training_args:`) is a marker
         if score > best_score:
             best, best_score = name, score
     return best if best_score >= min_score else UNKNOWN
+
+
+@functools.cache
+def _sections():
+    return tuple(s for spec in table().values() for s in spec.get("sections", ()))
+
+
+def section_of(dialect, data):
+    """The key prefix of the mapping a file nests a dialect's settings in (GLM's finetune_demo puts the
+    trainer's arguments under `training_args:`), or '' when they sit at the top level."""
+    for s in (table().get(dialect) or {}).get("sections", ()):
+        if isinstance(data, dict) and isinstance(data.get(s), dict):
+            return s + "."
+    return ""
+
+
+def settings_of(dialect, data):
+    """`data` with a nested section's settings lifted to the top level (the top level wins), for reading."""
+    prefix = section_of(dialect, data)
+    return {**data[prefix[:-1]], **data} if prefix else data
 
 
 def _has(keys, marker):
@@ -67,11 +90,12 @@ def key_for(dialect, name, data):
         return None
     spellings = [k for k in [entry.get("key")] + list(entry.get("aliases") or []) if k]
     dashed = [k.replace("_", "-") for k in spellings if "_" in k]
-    for k in spellings + dashed:
+    prefix = section_of(dialect, data)
+    for k in spellings + dashed + [prefix + k for k in spellings if prefix]:
         value = get_path(data, k)
         if value is not MISSING:
             return None if isinstance(value, str) and value.strip().lower() == "auto" and name != "bf16" else k
-    return entry.get("key")
+    return prefix + entry["key"] if entry.get("key") else None
 
 
 def default_of(dialect, name):

@@ -187,3 +187,18 @@ def test_an_fsdp_run_is_never_handed_deepspeed(tmp_path):
     assert "zero_sharding" not in actions and not any("deepspeed" in s["changes"] for s in d.plan), d.plan
     offload = next(s for s in d.plan if s["action"] == "cpu_offload")
     assert "offload" in offload["display"] and "fsdp" in offload["display"]
+
+
+def test_trainer_arguments_nested_under_training_args_are_read_and_patched_in_place(tmp_path):
+    """GLM-4's and ChatGLM3's finetune_demo YAML keeps Seq2SeqTrainingArguments under `training_args:`."""
+    cfg = tmp_path / "lora.yaml"
+    cfg.write_text("data_config:\n  train_file: train.jsonl\nmax_input_length: 512\ntraining_args:\n"
+                   "  output_dir: ./output\n  per_device_train_batch_size: 4\n  save_steps: 500\n"
+                   "peft_config:\n  peft_type: LORA\n")
+    d = first_step(tmp_path, cfg.read_text())
+    assert d.facts["batch"] == 4
+    old, new = d.plan[0]["changes"]["training_args.per_device_train_batch_size"]
+    assert old == 4 and new < 4
+    assert f"+  per_device_train_batch_size: {new}" in d.patch and "-  per_device_train_batch_size: 4" in d.patch
+    one = first_step(tmp_path, cfg.read_text().replace("batch_size: 4", "batch_size: 1"))
+    assert one.plan[0]["action"] != "reduce_batch"
