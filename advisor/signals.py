@@ -84,8 +84,8 @@ _PATTERNS = [
                            r"|line \d+:\s+\d+ Killed\b"          # bash: "train.sh: line 14: 3103923 Killed  python ..."
                            r"|已杀死|已砍掉"                     # its words in a Chinese locale (glibc zh_CN, zh_TW)
                            r"|it/s\]\s*Killed\b|s/it\]\s*Killed\b"),  # the shell's "Killed" after the bar it stopped
-    # bash's job notice ("[1]+  Killed  python x.py"), zsh's ("[1]    26478 killed     python x.py", "zsh: killed  …"; the reader may
-    # take its "[1]" for a paste's line number)
+    # bash's job notice ("[1]+  Killed  python x.py"), zsh's ("[1]    26478 killed     python x.py",
+    # "zsh: killed  …"; the reader may take its "[1]" for a paste's line number)
     (HOST_KILL, "sigkill", r"^(?:(?:\[\d+\][+-]?\s+)?Killed\b|(?:\[\d+\][+-]?)?\s*\d+ killed\s+\S|zsh: killed\s)"),
     (CASCADE, "launcher", r"failed \(exitcode: ?-?\d+\)|exitcode\s*:\s*-?\d+ \(pid|exits with return code = -?\d+"
                           r"|sigkill_handler"),
