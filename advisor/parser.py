@@ -55,7 +55,9 @@ _MEM_POINT = re.compile(r"'memory\(GiB\)':\s*'?(?P<gib>[\d.]+)"
 MEMORY_POINTS = 64
 # a training loop announcing its start, in the words most loops use
 _TRAIN_START = re.compile(r"(?:[Ss]tart(?:ing|ed)?|[Bb]egin(?:ning)?) (?:the )?(?:model )?training\b|[Tt]raining (?:started|begins)"
-                          r"|\[before the start of training step\]")    # Megatron's timer line before its first step
+                          r"|\[before the start of training step\]"    # Megatron's timer line before its first step
+                          # HF models' first training forward with checkpointing on (modeling_*.py forward)
+                          r"|`use_cache=True` is incompatible with gradient checkpointing")
 # an evaluation announced in the words most loops use ("Starting final eval...", "Running validation")
 _EVAL_START = re.compile(r"(?:[Ss]tart(?:ing|ed)?|[Bb]egin(?:ning)?|[Rr]unning|[Pp]erforming) (?:the )?(?:final )?"
                          r"(?:eval(?:uation)?|validation|testing)\b")
@@ -120,7 +122,7 @@ _PROGRESS_WORDS = ("%", "{'", "oss", "Epoch")
 _MARKER_WORDS = ("*****", "aving", "saved", "Failed to clone", "oad", "nstantiating", "uantizing", "zero.init", "trainable params",
                  "model checkpoint weights were used", "Gradient checkpointing enabled", "Fine-tuning method",
                  "DeepSpeed", "ZeRO", "optimizer states", "__init__]", "model parallel", "environment is initialized", "-of-0", "Starting trainer", "Unsloth - 2x faster",
-                 "raining", "Batch generation can be very slow", "eval", "alidation", "testing")
+                 "raining", "use_cache", "Batch generation can be very slow", "eval", "alidation", "testing")
 # (a launcher's flags are asked for by _ARG's own literals, `--model`…: see _words)
 _FACT_WORDS = (" = ", "trainable params", "Process rank", "......", "ZeRO", "Gradient checkpointing enabled",
                "does not support gradient checkpointing", "Fine-tuning method", "uantizing", "-bit", "raining",
@@ -469,7 +471,8 @@ class Parser:
                 and _SETUP_LINE.search(text):     # the engine being built
             self._mark("setup", line)
             return
-        if "Starting trainer" in text or "Unsloth - 2x faster" in text or "raining" in text and _TRAIN_START.search(text):
+        if "Starting trainer" in text or "Unsloth - 2x faster" in text \
+                or ("raining" in text or "use_cache" in text) and _TRAIN_START.search(text):
             self._mark("train_start", line)
             return
         if "Training completed" in text:

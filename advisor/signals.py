@@ -96,8 +96,9 @@ _PATTERNS = [
     (ERROR, "nccl", r"nccl\w*Error\b"),
     # Ascend: torch_npu's "NPU error, error code is 107002" (its out-of-memory code EL0004 is read above)
     (ERROR, "npu_error", r"NPU error, error code is \d+|rt\w*Synchronize\w* execute failed"),
-    # ROCm's runtime on a bad address (HSA's page fault): the look-alike of an illegal memory access
-    (ERROR, "native", r"Memory access fault by GPU node"),
+    # ROCm's runtime on a bad address (HSA's page fault): the look-alike of an illegal memory access;
+    # CPython's own abort, with faulthandler's thread dumps after it
+    (ERROR, "native", r"Memory access fault by GPU node|Fatal Python error: "),
     (ERROR, "native", r"terminate called after throwing|Segmentation fault|Signal (?:11|6|7) \(SIG|SIG(?:SEGV|ABRT|BUS)\b"
                       r"|Bus error|what\(\):|Received \d+ death signal|cuBLAS API failed|CUBLAS_STATUS_\w+"
                       r"|Received Signals\.SIG(?:HUP|TERM|INT) death signal"    # the launcher told to stop

@@ -640,3 +640,25 @@ def test_an_optimizer_wrapping_its_fp32_master_copy_and_an_engine_creating_its_w
               "_create_weight_func\n    model_comm.create_shared_weights(device_id, rank)\n"
               "RuntimeError: [TM][ERROR] CUDA runtime error: out of memory /turbomind/utils/memory_utils.cu:32\n")
     assert (lambda d: (d.phase, d.component))(diagnose_text(engine, with_plan=False)) == ("load", "weights")
+
+
+def test_cpythons_fatal_error_is_the_workers_own_failure():
+    log = ("Fatal Python error: none_dealloc: deallocating None\n\nThread 0x00007f3c (most recent call first):\n"
+           '  File "/env/lib/python3.10/threading.py", line 324 in wait\n'
+           "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 4242 closing signal SIGTERM\n")
+    assert diagnose_text(log, with_plan=False).verdict == "not_oom"
+
+
+def test_a_models_first_training_forward_with_checkpointing_starts_the_training():
+    """HF modeling code warns about use_cache in its first training forward with checkpointing on."""
+    log = ("[INFO] [stage_1_and_2.py:140:__init__] Before initializing optimizer states\n"
+           "06/13/2023 09:23:52 - WARNING - transformers_modules.chatglm-6b.modeling_chatglm - `use_cache=True` is "
+           "incompatible with gradient checkpointing. Setting `use_cache=False`...\n"
+           '  File "/env/modules/modeling_chatglm.py", line 250, in attention_fn\n'
+           "    attention_scores = attention_scores * query_key_layer_scaling_coeff\n" + OOM + "\n")
+    assert diagnose_text(log, with_plan=False).phase == "first_step"
+
+
+def test_a_softmax_left_without_its_frame_names_activations():
+    log = "gpu-q-13:     ret = input.softmax(dim, dtype=dtype)\ngpu-q-13: " + OOM + "\n"
+    assert diagnose_text(log, with_plan=False).component == "activations"
