@@ -418,6 +418,9 @@ def test_weights_that_alone_exceed_the_card_were_never_all_placed(tmp_path):
     d = diagnose_path(str(log), config_path=str(cfg))
     assert (d.phase, d.component) == ("load", "weights")
     assert d.basis["phase"].startswith("model: its weights alone (13.5 GiB")
+    # no second GPU is seen, so tensor parallelism (which needs one) comes after a quantised checkpoint
+    assert [s["action"] for s in d.plan][:2] == ["quantize", "tensor_parallel"]
+    assert "AWQ" in d.plan[0]["display"] and "QLoRA" not in d.plan[0]["display"]
     # a second GPU (the failing one is GPU 1) may hold a share of them: no such claim
     log.write_text(log.read_text().replace("(GPU 0;", "(GPU 1;"))
     assert diagnose_path(str(log), config_path=str(cfg)).phase != "load"

@@ -182,14 +182,3 @@ def test_an_engine_serving_in_fp32_loads_weights_beyond_its_card_and_goes_16_bit
     assert (d.phase, d.component, d.facts["precision"]) == ("load", "weights", "fp32")
     assert d.plan[0]["changes"] == {"dtype": ["float", "bfloat16"]}
 
-
-def test_an_engine_whose_16_bit_weights_exceed_its_one_card_is_offered_a_smaller_checkpoint_first(tmp_path):
-    """No second GPU is seen, so tensor parallelism (which needs one) comes after a quantised checkpoint."""
-    cfg = tmp_path / "serve.yaml"
-    cfg.write_text("model: mistralai/Mistral-7B-v0.1\ndtype: half\ngpu_memory_utilization: 0.8\n")
-    log = tmp_path / "serve.log"
-    log.write_text("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 224.00 MiB (GPU 0; 10.73 GiB "
-                   "total capacity; 9.85 GiB already allocated; 46.44 MiB free; 9.86 GiB reserved in total by PyTorch)\n")
-    d = diagnose_path(str(log), config_path=str(cfg))
-    assert [s["action"] for s in d.plan][:2] == ["quantize", "tensor_parallel"]
-    assert "AWQ" in d.plan[0]["display"] and "QLoRA" not in d.plan[0]["display"]
