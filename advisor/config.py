@@ -272,6 +272,9 @@ def facts_of(data, dialect, base=None):
             f.grad_ckpt = _bool(g("gradient_checkpointing"))
         ft = g("finetuning_type")
         f.method = str(ft).lower() if ft else None
+        peft = g("peft_config")               # a PEFT config beside the trainer's (GLM-4's finetune_demo)
+        if f.method is None and isinstance(peft, dict) and str(peft.get("peft_type", "")).upper() == "LORA":
+            f.method = "lora"
         f.quantization_bit = _int(g("quantization_bit"))
         f.lora_rank = _int(g("lora_rank"))
         f.lora_target = _join(g("lora_target"))

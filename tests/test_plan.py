@@ -196,7 +196,7 @@ def test_trainer_arguments_nested_under_training_args_are_read_and_patched_in_pl
                    "  output_dir: ./output\n  per_device_train_batch_size: 4\n  save_steps: 500\n"
                    "peft_config:\n  peft_type: LORA\n")
     d = first_step(tmp_path, cfg.read_text())
-    assert d.facts["batch"] == 4
+    assert (d.facts["batch"], d.facts["method"]) == (4, "lora")      # peft_config: peft_type: LORA
     old, new = d.plan[0]["changes"]["training_args.per_device_train_batch_size"]
     assert old == 4 and new < 4
     assert f"+  per_device_train_batch_size: {new}" in d.patch and "-  per_device_train_batch_size: 4" in d.patch
