@@ -122,8 +122,8 @@ def _traps(d, config):
         d.notes.append("save_steps 产生的 checkpoint-N 是训练检查点（保存到磁盘），不是梯度检查点。" if zh else
                        "The checkpoint-N folders from save_steps are saves, not gradient checkpointing.")
     if d.facts.get("precision") == "bf16" and d.budget is not None:
-        from .runspec import resolve_gpu
-        card, _ = resolve_gpu(memory=d.memory, facts_gpu=d.facts.get("gpu"))
+        from .runspec import card_of
+        card = card_of(d)
         if card is not None and card.bf16 is False:
             d.notes.append(f"{card.name} 没有原生 bf16：请改用 fp16。" if zh else
                            f"{card.name} has no native bf16 (torch.cuda.is_bf16_supported() says True anyway): "

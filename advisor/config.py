@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import dialects as D
 from .reader import InputError
-from .timeline import Facts
+from .timeline import PRECISION_OF_DTYPE, Facts
 
 # knob -> Facts field it fills; the keys themselves are per dialect in advisor/data/dialects.yaml
 KNOB_FACTS = {"batch": "batch", "grad_accum": "grad_accum", "seq_len": "seq_len", "grad_ckpt": "grad_ckpt",
@@ -348,11 +348,7 @@ def _knob_facts(f, data, dialect):
     if f.precision is None and "on" in (D.knob(dialect, "bf16") or {}):
         # a dtype key (vLLM's dtype, swift's torch_dtype) in any of its spellings
         key = D.key_for(dialect, "bf16", data)
-        f.precision = _DTYPE_WORDS.get(str(D.get_path(data, key) if key else "").lower())
-
-
-_DTYPE_WORDS = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
-                "float32": "fp32", "fp32": "fp32", "float": "fp32"}
+        f.precision = PRECISION_OF_DTYPE.get(str(D.get_path(data, key) if key else "").lower())
 
 
 def _defaults(f, dialect, data):

@@ -80,7 +80,7 @@ def _from_config(config):
 def _truthy(v):
     """A key that is set to something: true, a number other than 0, a path, a name."""
     if v is None or v is MISSING or isinstance(v, bool):
-        return bool(v) and v is not MISSING
+        return v is True
     return str(v).strip().lower() not in ("false", "0", "no", "none", "null", "")
 
 

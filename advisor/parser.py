@@ -14,7 +14,7 @@ from itertools import accumulate, islice
 
 from . import signals as sig
 from .anchors import Gated, automaton
-from .timeline import Context, Marker, Signal, Timeline
+from .timeline import PRECISION_OF_DTYPE, Context, Marker, Signal, Timeline
 
 RING = 3000            # the log's last lines, kept for incomplete pastes and late evidence
 PIN_BEFORE = 300       # lines kept before the first signal of the final failure
@@ -94,7 +94,7 @@ _SETUP_LINE = Gated(r"DeepSpeed info: version|Creating \S+ ZeRO stage|DeepSpeed 
 _ARCH = re.compile(r"Instantiating (\w+?)(?:ForCausalLM|LMHeadModel|ForConditionalGeneration)\b[^.]* dtype torch\.(\w+)")
 
 # a bar counting examples or batches of a dataset, not steps (datasets' map and filter: "examples/s", "ba/s")
-_PREP_UNIT = re.compile(r"\d (?:examples|ba)/s\]")
+_PREP_UNIT = Gated(r"\d (?:examples|ba)/s\]")          # (every training bar asks: literals first)
 # bar descriptions of data preparation (datasets, LLaMA-Factory, TRL); any other bar counts as training
 _PREP_WORDS = ("tokeniz", "map", "convert", "filter", "pack", "truncat", "adding eos", "applying", "download",
                "preprocess", "format", "generating", "extract", "shuffl", "flatten", "casting", "saving the dataset",
@@ -142,7 +142,6 @@ PROGRESS, MARKER, FACT, SCRIPT, MEMORY, SIGNAL, FRAMEWORK, COMMAND, FLAG = (1 <<
 ALL = (1 << 9) - 1
 # (partition_parameters.py holds ZeRO-3's zero.Init and its parameter gathers)
 _ZERO_FRAME = re.compile(r"deepspeed/runtime/zero/(stage3|stage_1_and_2|partition_parameters)\.py")
-_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16"}
 
 
 def _plain_bar(text):
@@ -519,7 +518,7 @@ class Parser:
                     self._set("num_gpus", world, line)
                 elif m.group(4) == "False":
                     self._set("num_gpus", 1, line)
-                self._set("precision", _DTYPES.get(m.group(5)), line)
+                self._set("precision", PRECISION_OF_DTYPE.get(m.group(5)), line)
                 self._set("accelerator", m.group(2), line)
             return
         if "......" in text:
@@ -570,7 +569,7 @@ class Parser:
         if "Instantiating" in text:
             m = _ARCH.search(text)
             if m:
-                self._set("precision", _DTYPES.get(m.group(2)), line)
+                self._set("precision", PRECISION_OF_DTYPE.get(m.group(2)), line)
         if "expandable_segments:True" in text and "try setting" not in text and "to avoid fragmentation" not in text:
             # set by the user, not PyTorch's hint (whose tail a wrapped paste puts on a line of its own)
             self._set("expandable_segments", True, line)

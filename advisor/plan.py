@@ -244,8 +244,8 @@ def _precision(c, s):
 
 
 def _card_has_bf16(c):
-    from .runspec import resolve_gpu
-    card, _ = resolve_gpu(memory=c.d.memory, facts_gpu=c.facts.get("gpu"))
+    from .runspec import card_of
+    card = card_of(c.d)
     return card.bf16 if card is not None else None
 
 

@@ -44,6 +44,11 @@ def resolve_gpu(gpu=None, memory=None, facts_gpu=None):
     return None, []
 
 
+def card_of(d):
+    """The card a diagnosed run failed on: from the allocator's capacity, else a GPU name in the log."""
+    return resolve_gpu(memory=d.memory, facts_gpu=d.facts.get("gpu"))[0]
+
+
 def spec_from_facts(facts, memory=None, gpu=None, model=None, params=None, model_config=None, overrides=None):
     """(Spec, notes) or (None, notes) when the model cannot be determined."""
     f = dict(facts or {})

@@ -229,12 +229,11 @@ _ASYNC = {
 _BYTES_REQUEST = re.compile(r"failed to alloc(?:ate)? (?:[\d.]+\s*[KMGTPE]i?B \()?(\d+) bytes|pinned host memory of size:?\s*(\d+)"
                             r"|\[metal::malloc\] Attempting to allocate (\d+) bytes")
 _PADDLE = re.compile(r"Cannot allocate ([\d.]+[KMG]B) memory on \w+ ?\d*, ([\d.]+[KMG]B) memory has been allocated and "
-                     r"available memory is only ([\d.]+[KMG]B)")     # its MB and GB are binary (2**20, 2**30)
+                     r"available memory is only ([\d.]+[KMG]B)")     # its MB and GB are binary, as to_gib reads them
 _MINDSPORE = re.compile(r"alloc size : (\d+) is more than total mem size : (\d+)")
 _MINDSPORE_USED = re.compile(r"TotalUsedMemStatistics : (\d+)")
-# XLA's "Used 21.90G of 7.48G hbm": sizes in its own units (HumanReadableNumBytes: K, M, G, T of 1024)
-_XLA_SPACE = re.compile(r"Used [\d.]+[KMGT]? of ([\d.]+)([KMGT]) (?:hbm|vmem)")
-_XLA_UNITS = {"K": 2 ** -20, "M": 2 ** -10, "G": 1.0, "T": 2 ** 10}
+# XLA's "Used 21.90G of 7.48G hbm": HumanReadableNumBytes' K, M, G, T of 1024, as to_gib reads a bare letter
+_XLA_SPACE = re.compile(r"Used [\d.]+[KMGT]? of ([\d.]+[KMGT]) (?:hbm|vmem)")
 _HOST_BYTES = re.compile(r"(?:tried to allocate|allocate)\s*(\d+)\s*bytes")
 _DONE = re.compile(r"but\s*unallocated|reserved\s*in\s*total\s*by\s*PyTorch\)|cached\)|See\s*documentation"
                    r"|on (?:private|shared) pool|Free \(according to CUDA\)")
@@ -286,8 +285,7 @@ def parse_numbers(block):
     if "Cannot allocate" in block and "has been allocated" in block:
         m = _PADDLE.search(block)
         if m:
-            mem["tried_gib"], mem["allocated_by_pytorch_gib"], mem["free_gib"] = (
-                to_gib(m.group(i).replace("MB", " MiB").replace("GB", " GiB").replace("KB", " KiB")) for i in (1, 2, 3))
+            mem["tried_gib"], mem["allocated_by_pytorch_gib"], mem["free_gib"] = (to_gib(m.group(i)) for i in (1, 2, 3))
             return mem
     if "total mem size" in block:
         m = _MINDSPORE.search(block)
@@ -301,7 +299,7 @@ def parse_numbers(block):
     if "memory space" in block:
         m = _XLA_SPACE.search(block)
         if m:
-            mem["total_gib"] = float(m.group(1)) * _XLA_UNITS[m.group(2)]
+            mem["total_gib"] = to_gib(m.group(1))
             return mem
     if "alloc" in block and ("bytes" in block or "pinned host" in block):
         m = _BYTES_REQUEST.search(block)

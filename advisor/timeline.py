@@ -35,6 +35,12 @@ class Signal(Record):
     rank: Optional[int] = None
 
 
+# a dtype's names (torch's, and the spellings configs use) -> Facts.precision; torch prints torch.float32
+# for torch.float, so "float" only ever comes from a config (vLLM's dtype: float)
+PRECISION_OF_DTYPE = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
+                      "float32": "fp32", "fp32": "fp32", "float": "fp32"}
+
+
 @dataclass
 class Facts(Record):
     """What the run was: from the log, the config, or the command line; None when unknown."""
