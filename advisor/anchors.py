@@ -1,7 +1,7 @@
 """Anchors: literal byte strings at least one of which every failure signal or phase marker contains.
 
 The big-file and stream paths look for these with C-speed searches instead of parsing every line,
-so they are derived from the pattern tables themselves (signals._PATTERNS, parser.MARKER_PHRASES):
+so they are derived from the pattern tables themselves (signals.PATTERNS, parser.MARKER_PHRASES):
 a pattern added there brings its own anchor, and a pattern without a literal of MIN characters in
 every alternative is refused by the tests (it could never be found without parsing every line).
 """
@@ -82,14 +82,6 @@ def minimal(literals):
     """Drop a literal that holds another one: finding the shorter finds it too."""
     lits = sorted(set(literals), key=lambda lit: (len(lit), lit))
     return tuple(lit for i, lit in enumerate(lits) if not any(o in lit for o in lits[:i]))
-
-
-def derived():
-    """(signal anchors, marker anchors) as bytes, from the pattern tables."""
-    from . import parser, signals
-    sig = [a for _, _, p in signals._PATTERNS for a in (required(p) or ())]
-    mark = required(parser.MARKER_PHRASES.pattern) or []
-    return tuple(s.encode() for s in sig), tuple(m.encode() for m in mark)
 
 
 class Gated:

@@ -60,8 +60,8 @@ def _without_path(msg, path):
 def fingerprint(key, sig):
     """Versioned id of one failure: its id key (triage.id_key) and the normalised signature. Equal to the id
     a group of only this signature gets; the version changes when normalise() or the key changes."""
-    from .triage import _sid
-    return f"{FINGERPRINT_VERSION}:" + _sid(tuple(key), sig)
+    from .triage import signature_id
+    return f"{FINGERPRINT_VERSION}:" + signature_id(tuple(key), sig)
 
 
 def error_row(id, error):
@@ -251,11 +251,11 @@ def group_rows(rows, lang="en"):
 def finish(state, lang="en", errors_before=()):
     """A (merged) partial grouping -> the triage/v1 report dict. `errors_before` come first (paths
     that matched nothing)."""
-    from .triage import _BAD
+    from .triage import OOM_VERDICTS
     groups = group_rows(_rows_of(state), lang)
     errors = list(errors_before) + state["errors"]
     diagnosed = sum(len(slot["members"]) for sigs in state["keys"].values() for slot in sigs.values())
-    ooms = sum(len(slot["members"]) for key, sigs in state["keys"].items() if key[0] in _BAD for slot in sigs.values())
+    ooms = sum(len(slot["members"]) for key, sigs in state["keys"].items() if key[0] in OOM_VERDICTS for slot in sigs.values())
     summary = {"files": diagnosed + len(errors), "diagnosed": diagnosed, "errors": len(errors), "ooms": ooms,
                "groups": len(groups)}
     for dim in _SUMMARY_DIMS:

@@ -150,7 +150,7 @@ def after_failure(log_path, snapshot_path, cmd, report, lang):
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(log, report, lang, cmd):
     """Run CMD (after --), keep its log, and diagnose it if it fails; exits with CMD's code."""
-    from .cli import default_lang
+    from .cli_common import default_lang
     log_path = Path(log)
     snapshot_path = log_path.with_suffix(".snapshot.pickle")
     for old in _snapshots(snapshot_path):    # a snapshot left by an earlier run is not this run's

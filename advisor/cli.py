@@ -1,50 +1,15 @@
-"""Command line: `oom-doctor diagnose|budget|triage|rules|explain|run`. Exit codes live here only.
+"""Command line: `oom-doctor diagnose|budget|triage|rules|explain|run` (exit codes: cli_common.py).
 
-0 no OOM / fits, 1 OOM diagnosed / does not fit, 2 usage or input error (one line on stderr).
 Heavy modules are imported inside the commands so `--version` and `--help` start fast.
 """
 
-import os
 import sys
 
 import click
 
 from . import __version__
-
-EXIT_OK, EXIT_OOM, EXIT_USAGE = 0, 1, 2
-
-
-def default_lang():
-    env = os.environ.get("OOM_DOCTOR_LANG")
-    if env in ("en", "zh"):
-        return env
-    loc = os.environ.get("LC_ALL") or os.environ.get("LC_MESSAGES") or os.environ.get("LANG") or ""
-    return "zh" if loc.lower().startswith("zh") else "en"
-
-
-def use_color(stream=None):
-    stream = stream or sys.stdout
-    return "NO_COLOR" not in os.environ and hasattr(stream, "isatty") and stream.isatty()
-
-
-def check_gpu(gpu):
-    """--gpu 0GiB names no card: a usage error, not a budget that 'fits' nothing (catalog.find_gpu
-    reads the same size spellings)."""
-    import re
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(?:gib|gb|g)?\s*", str(gpu or "").lower())
-    if m and float(m.group(1)) <= 0:
-        fail(f"--gpu {gpu}: a card needs some memory; give a name (4090, A100-80G) or a size (24GiB)")
-
-
-def fail(message):
-    """One clear line on stderr and exit 2 (a file name in it may hold anything: made inert)."""
-    from .safe import inert_name
-    click.echo(f"oom-doctor: {inert_name(message)}", err=True)
-    sys.exit(EXIT_USAGE)
-
-
-LANG = click.option("--lang", type=click.Choice(["en", "zh"]), default=None,
-                    help="Language of the report (default: $OOM_DOCTOR_LANG, then the locale).")
+from .cli_common import (EXIT_OK, EXIT_OOM, EXIT_USAGE, LANG, check_gpu, debug_on, default_lang, emit, fail,
+                         open_format, open_report, open_target, use_color)
 
 
 class LazyGroup(click.Group):
@@ -88,7 +53,7 @@ def diagnose(log, config_path, gpu, model, params, fmt, lang, write, output, ope
     lang = lang or default_lang()
     check_gpu(gpu)
     if is_folder(log):                      # a run folder: the log, config and records it holds
-        diagnose_folder(log, all_, config_path, gpu, model, params, _open_format(fmt, open_), lang, write,
+        diagnose_folder(log, all_, config_path, gpu, model, params, open_format(fmt, open_), lang, write,
                         output, open_)
     if all_:
         fail("--all needs a folder of runs (oom-doctor diagnose saves/…/ --all)")
@@ -96,7 +61,7 @@ def diagnose(log, config_path, gpu, model, params, fmt, lang, write, output, ope
         fail("--write needs --config FILE (the file to patch)")
     from .files import refuse_input_as_output
     refuse_input_as_output(output, [log, config_path], "the patched config" if write else "the report")
-    fmt = _open_format(fmt, open_)
+    fmt = open_format(fmt, open_)
     d = diagnose_path(log, config_path=config_path, lang=lang, gpu=gpu, model=model, params=params)
     if write:
         from .patch import write_patched
@@ -104,9 +69,9 @@ def diagnose(log, config_path, gpu, model, params, fmt, lang, write, output, ope
         message = write_patched(d, config_path, output, log_path=log)
         click.echo(inert_name(message), err=True)
         output = None
-    output = _open_target(output, open_)
-    _emit(render(d, fmt, lang, color=use_color() and not output), output)
-    _open_report(output, open_)
+    output = open_target(output, open_)
+    emit(render(d, fmt, lang, color=use_color() and not output), output)
+    open_report(output, open_)
     sys.exit(EXIT_OOM if d.verdict in ("device_oom", "host_oom") else EXIT_OK)
 
 @cli.command()
@@ -144,7 +109,7 @@ def budget(model, model_config, params, method, precision, quant_bits, batch, se
     from .budget import estimate
     from .runspec import spec_from_facts
     lang = lang or default_lang()
-    fmt = _open_format(fmt, open_)
+    fmt = open_format(fmt, open_)
     check_gpu(gpu)
     from .files import refuse_input_as_output
     refuse_input_as_output(output, [config_path, model_config])
@@ -182,9 +147,9 @@ def budget(model, model_config, params, method, precision, quant_bits, batch, se
     else:
         from .render.budget_text import render_budget_text
         text = safe.inert(render_budget_text(result, lang, fmt))
-    output = _open_target(output, open_)
-    _emit(text, output)
-    _open_report(output, open_)
+    output = open_target(output, open_)
+    emit(text, output)
+    open_report(output, open_)
     sys.exit(EXIT_OOM if result.fit == "short" else EXIT_OK)      # tight still fits: 0
 
 
@@ -222,46 +187,6 @@ def explain(rule_id, lang):
 
 
 # `triage` lives in its own module and is imported only when asked for (see LazyGroup)
-
-
-def _emit(text, output):
-    if output:
-        from .files import write_output
-        write_output(output, text)      # a temporary file and a rename: never a truncated report
-    else:
-        click.echo(text, nl=not text.endswith("\n"))
-
-
-def _open_format(fmt, open_):
-    """--open shows the HTML report: it replaces the default text format, and refuses the others."""
-    if open_ and fmt == "text":
-        return "html"
-    if open_ and fmt != "html":
-        fail(f"--open shows the HTML report; it cannot open --format {fmt}")
-    return fmt
-
-
-def _open_target(output, open_):
-    if open_ and not output:
-        from .render.html import temp_report_path
-        return temp_report_path()
-    return output
-
-
-def _open_report(output, open_):
-    """Open the written report in a browser when one exists; never fails (the report is written)."""
-    if not open_:
-        return
-    from .render.html import open_in_browser
-    if not open_in_browser(output):
-        click.echo(f"oom-doctor: no browser found; the report is at {output}", err=True)
-    else:
-        click.echo(f"oom-doctor: opened {output}", err=True)
-
-
-def debug_on():
-    """OOM_DOCTOR_DEBUG=1 (or yes/true/on) shows tracebacks; 0, no, false, off and empty do not."""
-    return os.environ.get("OOM_DOCTOR_DEBUG", "").strip().lower() not in ("", "0", "no", "false", "off")
 
 
 def main(argv=None):

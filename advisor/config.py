@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import dialects as D
 from .reader import InputError
-from .timeline import PRECISION_OF_DTYPE, Facts
+from .facts import PRECISION_OF_DTYPE, Facts
 
 # knob -> Facts field it fills; the keys themselves are per dialect in advisor/data/dialects.yaml
 KNOB_FACTS = {"batch": "batch", "grad_accum": "grad_accum", "seq_len": "seq_len", "grad_ckpt": "grad_ckpt",

@@ -11,7 +11,7 @@ from typing import List, Optional
 from . import signals as sig
 from .frames import read_frame
 from .phase import QUOTE_LINES, infer_phase, quoted_call
-from .reader import NEW_RECORD
+from .lines import NEW_RECORD
 from .record import Record
 from .rules import Facts as RuleFacts, marginally_fragmented, match
 from .timeline import Facts, Timeline

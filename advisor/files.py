@@ -9,7 +9,7 @@ import os
 import stat
 import tempfile
 
-from .reader import InputError
+from .reader import InputError, input_error
 
 MAX_CONFIG_BYTES = 1 << 20      # a training config is kilobytes; a bigger file is not one (and a
                                 # 20 MB YAML document takes ruamel minutes to parse)
@@ -41,7 +41,6 @@ def why_not_regular(mode, what="config file"):
 
 def os_error(path, e, what="file"):
     """One line for an OSError on `path` (a symlink loop is named as such)."""
-    from .reader import input_error
     return input_error(path, e, what)
 
 
@@ -223,3 +222,17 @@ def encode_config(text, encoding, path):
     except UnicodeEncodeError:
         raise InputError(f"{path}: the patched value cannot be written in the file's encoding "
                          f"({codec}); nothing written") from None
+
+
+def open_regular(path):
+    """A binary file object for a regular file; a symlink or a FIFO is refused before it is read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as e:
+        raise input_error(path, e) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise InputError(f"{path}: not a regular file; not opened")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb"), st.st_size

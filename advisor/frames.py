@@ -89,7 +89,7 @@ _KEYS = {"frames": _FRAME_KEYS, "frameworks": _FRAME_KEYS, "fallback": _FRAME_KE
 
 def validate_frames(data):
     """The table's shape: known keys and vocabularies, regexes that compile, a source and a sample."""
-    from .rules import COMPONENTS
+    from .vocab import COMPONENTS
     for table in _KEYS:
         for i, e in enumerate(data.get(table, [])):
             where = f"frames {table}[{i}]"

@@ -14,7 +14,8 @@ from itertools import accumulate, islice
 
 from . import signals as sig
 from .anchors import Gated, automaton
-from .timeline import PRECISION_OF_DTYPE, Context, Marker, Signal, Timeline
+from .facts import PRECISION_OF_DTYPE
+from .timeline import Context, Marker, Signal, Timeline
 
 RING = 3000            # the log's last lines, kept for incomplete pastes and late evidence
 PIN_BEFORE = 300       # lines kept before the first signal of the final failure
@@ -109,7 +110,7 @@ _FRAMEWORK_RANK = {name: i for i, (_, name) in enumerate(_FRAMEWORKS)}
 _FRAMEWORK_OF = dict(_FRAMEWORKS)
 _FRAMEWORK_RX = re.compile("|".join(re.escape(n) for n, _ in _FRAMEWORKS))
 
-# phase lines whose cut by a terminal wrap the reader must see (reader.seam_is_cut)
+# phase lines whose cut by a terminal wrap the reader must see (lines.seam_is_cut)
 MARKER_PHRASES = re.compile(r"\*{5} Running (?:training|Evaluation|Prediction) \*{5}|Saving model checkpoint to"
                             r"|Loading checkpoint shards|\*{5} (?:train|eval) metrics \*{5}")
 
@@ -693,7 +694,7 @@ def _words():
         from .anchors import minimal, required
         groups = [(PROGRESS, _PROGRESS_WORDS), (MARKER, _MARKER_WORDS), (FACT, _FACT_WORDS),
                   (FACT | FLAG, minimal(required(_ARG.pattern))),      # a line of dashes holds no flag
-                  (SCRIPT, _SCRIPT_WORDS), (MEMORY, _MEMORY_WORDS), (SIGNAL, sig._KEYS),
+                  (SCRIPT, _SCRIPT_WORDS), (MEMORY, _MEMORY_WORDS), (SIGNAL, sig.KEYS),
                   (FRAMEWORK, tuple(n for n, _ in _FRAMEWORKS)), (COMMAND, _COMMAND_WORDS)]
         bits = {}
         for bit, words in groups:

@@ -49,11 +49,11 @@ def _map(batch, lang="en"):
 
 
 def _start(ray, progress):
+    import logging
     if not ray.is_initialized():
         # RAY_ADDRESS, when set, is read by ray.init itself: a cluster; unset, a local Ray starts.
         ray.init(ignore_reinit_error=True, logging_level=logging.WARNING, log_to_driver=False,
                  include_dashboard=False)
-    import logging
     logging.getLogger("ray.data").setLevel(logging.WARNING)    # its per-dataset lines are not the report's
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = progress
@@ -63,8 +63,8 @@ def _start(ray, progress):
 
 def _readable(path):
     """A regular file this process may read: Ray Data fails the whole read on anything else."""
-    from .triage_cli import _regular
-    return _regular(path) and os.access(path, os.R_OK)
+    from .triage_inputs import regular
+    return regular(path) and os.access(path, os.R_OK)
 
 
 def _datasets(ray, files, uris, lang):
@@ -97,7 +97,7 @@ def run_triage_ray(args, lang="en", progress=False):
     """PATH/URI arguments -> the triage/v1 report (None when nothing matched), the map on Ray."""
     ray = _ray()
     from . import batch
-    from .triage_cli import expand
+    from .triage_inputs import expand
     local = [a for a in args if not _is_uri(a)]
     uris = [a for a in args if _is_uri(a)]
     files, missing = expand(local)

@@ -23,6 +23,7 @@ import stat
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from .files import open_regular
 from .reader import InputError
 from .runrecords import Records, trainer_log, trainer_state
 
@@ -152,22 +153,6 @@ def _newest(folder, entries):
     """When a run last wrote: its newest entry, or a checkpoint's."""
     times = [m for _, m, _ in entries.values()]
     return max(times) if times else os.lstat(folder).st_mtime
-
-
-# ---- reading without following links or blocking -------------------------------------------------
-def open_regular(path):
-    """A binary file object for a regular file; a symlink or a FIFO is refused before it is read."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-    except OSError as e:
-        from .reader import input_error
-        raise input_error(path, e) from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise InputError(f"{path}: not a regular file; not opened")
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb"), st.st_size
 
 
 def _tail_has_failure(path, size):

@@ -15,7 +15,7 @@ from .reader import InputError
 
 
 def diagnose_folder(folder, all_, config_path, gpu, model, params, fmt, lang, write, output, open_):
-    from .cli import EXIT_OK, EXIT_OOM, _emit, _open_report, _open_target, fail, use_color
+    from .cli_common import EXIT_OK, EXIT_OOM, emit, open_report, open_target, fail, use_color
     from .pipeline import diagnose_run
     from .render import render
     from .runfolder import WHAT_A_RUN_HOLDS, find_runs, pick
@@ -52,7 +52,7 @@ def diagnose_folder(folder, all_, config_path, gpu, model, params, fmt, lang, wr
         diagnoses.append(d)
     if not diagnoses:                       # each run's line is on stderr already
         sys.exit(2)
-    output = _open_target(output, open_)
+    output = open_target(output, open_)
     color = use_color() and not output
     if fmt == "json" and all_:
         import json
@@ -63,8 +63,8 @@ def diagnose_folder(folder, all_, config_path, gpu, model, params, fmt, lang, wr
     else:
         rule = "\n" + "─" * 72 + "\n\n" if fmt == "text" else "\n---\n\n"
         text = rule.join(render(d, fmt, lang, color=color) for d in diagnoses)
-    _emit(text, output)
-    _open_report(output, open_)
+    emit(text, output)
+    open_report(output, open_)
     oom = any(d.verdict in ("device_oom", "host_oom") for d in diagnoses)
     sys.exit(EXIT_OOM if oom else EXIT_OK)
 

@@ -34,7 +34,7 @@ class Records:
 
 
 def _read_bounded(path, limit=RECORDS_MAX):
-    from .runfolder import open_regular
+    from .files import open_regular
     fh, size = open_regular(path)
     with fh:
         if size > limit:

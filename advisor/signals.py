@@ -19,7 +19,7 @@ STRENGTH = {DEVICE_OOM: 0, HOST_OOM: 0, HOST_KILL: 1, ERROR: 2, CASCADE: 3}
 # Python's re then skips along the line by a fast scan instead of trying the pattern at every position
 # (3x faster over the lines that pass the key prefilter). Ray's memory monitor reports *host* memory
 # under the name OutOfMemoryError, so it is tested before PyTorch's.
-_PATTERNS = [
+PATTERNS = [
     # a rank that crashed natively (SIGSEGV, SIGABRT, SIGBUS), as its launcher reports it: before the
     # launcher's own notice, which the same line holds
     (ERROR, "native", r"return code = -(?:11|6|7)\b|exitcode\s*:\s*-(?:11|6|7)\b|exit (?:code|status)\s*:?\s*(?:-11|139|134)\b"
@@ -114,12 +114,12 @@ _PATTERNS = [
     # a logger's error line, unless it only announces the traceback that follows (its error is at the end)
     (ERROR, "logger", r"^(?:ERROR|FATAL|CRITICAL)\b(?!.*Traceback \(most recent call last\):?\s*$).*(?:Error|error|failed)"),
 ]
-_COMPILED = [(k, d, re.compile(p)) for k, d, p in _PATTERNS]
+_COMPILED = [(k, d, re.compile(p)) for k, d, p in PATTERNS]
 _GATED = []      # each pattern as anchors.Gated: its literals asked for before its regex
 
 # Cheap substring prefilter: a line holding none of these cannot be a signal (every literal a pattern
 # requires holds one: tests/test_fastpath.py).
-_KEYS = ("rror", "memory", "xception", "xit", "Kill", "kill", "SIG", "ignal", "ALLOC", "NCCL", "ssert", "Segmentation", "core dumped",
+KEYS = ("rror", "memory", "xception", "xit", "Kill", "kill", "SIG", "ignal", "ALLOC", "NCCL", "ssert", "Segmentation", "core dumped",
          "terminate", "what()", "death", "Bus", "ubprocess", "Root Cause", "Interrupt", "OOM", "oom", "EL0004",
          "Resources", "STATUS", "low on", "failed", "shm", "ailure", "ERROR", "KV cache", "FAIL", "Memory on the node",
          "bad_alloc", "Unable to allocate", "已杀死", "已砍掉", "OutOfMemory", "metal::malloc", "paging file",
@@ -128,7 +128,7 @@ _KEYS = ("rror", "memory", "xception", "xit", "Kill", "kill", "SIG", "ignal", "A
          "CRITICAL", "Traceback (most recent call last)")
 
 
-_KEYS_RX = re.compile("|".join(map(re.escape, _KEYS)))    # one scan: faster than a loop of `in`
+_KEYS_RX = re.compile("|".join(map(re.escape, KEYS)))    # one scan: faster than a loop of `in`
 _BY_KEY = []
 
 
@@ -138,13 +138,13 @@ def _candidates():
     to it. None without the automaton library."""
     if not _BY_KEY:
         from .anchors import automaton, required
-        by_key = {k: [] for k in range(len(_KEYS))}
-        for i, (_, _, p) in enumerate(_PATTERNS):
+        by_key = {k: [] for k in range(len(KEYS))}
+        for i, (_, _, p) in enumerate(PATTERNS):
             lits = required(p) or ()
-            for k, key in enumerate(_KEYS):
+            for k, key in enumerate(KEYS):
                 if not lits or any(key in lit for lit in lits):
                     by_key[k].append(i)
-        found = automaton(_KEYS)
+        found = automaton(KEYS)
         _BY_KEY.append(found and (found, by_key))
     return _BY_KEY[0]
 
@@ -166,7 +166,7 @@ def classify(text):
         return None
     if not _GATED:
         from .anchors import Gated
-        _GATED.extend(Gated(p) for _, _, p in _PATTERNS)
+        _GATED.extend(Gated(p) for _, _, p in PATTERNS)
     cascade = None
     for i in order:
         if not _GATED[i].search(text):
@@ -360,6 +360,6 @@ def typical(values):
 
 
 def seam_phrases():
-    """What a terminal wrap may cut that the reader must recognise (reader.seam_is_cut): every
+    """What a terminal wrap may cut that the reader must recognise (lines.seam_is_cut): every
     failure pattern, the allocator's fields and the per-process lines."""
     return [rx for _, _, rx in _COMPILED] + list(_FIELDS.values()) + [_PROCESS]

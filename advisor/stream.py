@@ -1,6 +1,6 @@
 """Pipes at grep speed: a stream that cannot seek is scanned in C and parsed only where it matters.
 
-The file path (fastpath._windows) parses a few spans that follow from a few positions: the last
+The file path (windows.windows) parses a few spans that follow from a few positions: the last
 failure signal, the last progress before it, the last phase marker before that progress's line and
 the first signal after it. A pipe cannot be searched backwards, so the same positions are kept as
 the bytes stream past: each chunk is searched once for the signal and marker anchors (Aho-Corasick
@@ -17,11 +17,11 @@ import threading
 from bisect import bisect_left
 from collections import deque
 
-from .fastpath import MARKERS, PROGRESS, SIGNALS, _line_end, _line_start, _parse_all, parse_spans, spans_of
+from .windows import MARKERS, PROGRESS, SIGNALS, line_end, line_start, parse_all, parse_spans, spans_of
 from .reader import sniff_encoding
 
 CHUNK = 4 << 20
-SEARCH = 64 << 10     # what _line_start/_line_end look at either side of a position
+SEARCH = 64 << 10     # what line_start/line_end look at either side of a position
 SAMPLE = 256 << 10    # bytes of a chunk whose newlines estimate the average line length (as the file path)
 KEEP_MARKERS = 4      # recent markers whose windows are kept after they leave the ring
 
@@ -167,7 +167,7 @@ class _Tape:
         """(region, marker, first signal in the region) for a final region starting at `progress`'s line."""
         w = self.window
         if region is None:
-            region = _line_start(self, progress) if progress >= 0 else self._head_end()
+            region = line_start(self, progress) if progress >= 0 else self._head_end()
         k = bisect_left(self.markers, region)
         raw = self.markers[k - 1] if k else -1
         k = bisect_left(self.signals, region)
@@ -186,7 +186,7 @@ class _Tape:
         return hit - self.window - SEARCH, hit + 2 * self.window + SEARCH
 
     def _head_end(self):
-        return _line_end(self, min(self.head_len, self.size))
+        return line_end(self, min(self.head_len, self.size))
 
     def _trim(self):
         """Forget anchors and windows no candidate can still need: bounded whatever the stream."""
@@ -291,7 +291,7 @@ def timeline_of_stream(stream, source, big, head, region_max, window):
         rest = _Chain(b"".join(first), stream)
         if got > big:
             rest.stream = _Joined(chunks)
-        return _parse_all(rest, source)
+        return parse_all(rest, source)
     tape = _Tape(head, region_max, window)
     while first:
         tape.feed(first.pop(0))

@@ -29,7 +29,7 @@ from typing import Optional
 SIMILARITY = 90          # token_sort_ratio at or above which two signatures are one failure
 MAX_FRAMES = 3           # innermost frames kept: the ones that name what asked for memory
 _ERROR_MARKERS = ("oom_error", "host_oom", "killed", "error", "cascade")
-_BAD = ("device_oom", "host_oom")
+OOM_VERDICTS = ("device_oom", "host_oom")
 
 # Order matters: timestamps and sizes go before the catch-all digit rule, paths before ordinals.
 _NORMALISE = [(re.compile(p), r) for p, r in [
@@ -208,7 +208,7 @@ def _copied(value):
     return dict(value) if isinstance(value, dict) else value
 
 
-def _sid(key, sig):
+def signature_id(key, sig):
     """One signature's own id: its key and normalised text, so no other file can change it."""
     return hashlib.sha1("\x1f".join(map(str, key + (sig,))).encode("utf-8")).hexdigest()[:10]
 
@@ -310,8 +310,8 @@ def _ids(key, members):
     signature (nothing changes), brings a new one that joins the group (the id stays unless the new id
     is smaller: then the old one is listed in aliases), or starts a group. The ids weak members would
     have alone (id_key) are aliases too, so a group they held before a named member came keeps its name."""
-    named = {_sid(key, m[1]) for m in members if not weak_component(m[2])}
-    alone = {_sid(id_key(m[2]), m[1]) for m in members if weak_component(m[2])}
+    named = {signature_id(key, m[1]) for m in members if not weak_component(m[2])}
+    alone = {signature_id(id_key(m[2]), m[1]) for m in members if weak_component(m[2])}
     ids = sorted(named or alone)
     return ids[0], (ids[1:] + sorted(alone - set(ids)))[:MAX_ALIASES]
 
@@ -339,7 +339,7 @@ def _make_group(key, members, assign, total, lang):
               members=sorted(m[2]["source"] for m in members), verdict=verdict, rule=rule, phase=phase,
               component=component, accelerator=accelerator, representative=rep[2]["source"],
               first=order[0][2]["source"], last=order[-1][2]["source"],
-              reason=reason_text(key, leader, exact, len(members), lowest, len(scores), lang), signature=leader,
+              reason=reason_text(key, leader, exact, len(members), lowest, len(scores), SIMILARITY, lang), signature=leader,
               memory=dict(rep[2].get("memory") or {}), aliases=aliases)
     step = (rep[2].get("facts") or {}).get("step")
     g.step = step if isinstance(step, int) else None
@@ -365,7 +365,7 @@ def summary(diagnoses, errors=(), groups=None):
             out[k] = out.get(k, 0) + 1
         return dict(sorted(out.items(), key=lambda kv: (-kv[1], str(kv[0]))))
     out = {"files": len(diagnoses) + len(errors), "diagnosed": len(diagnoses), "errors": len(errors),
-           "ooms": sum(1 for d in diagnoses if d.get("verdict") in _BAD)}
+           "ooms": sum(1 for d in diagnoses if d.get("verdict") in OOM_VERDICTS)}
     if groups is not None:
         out["groups"] = len(groups)
     for name in ("verdict", "phase", "component", "accelerator"):
@@ -375,4 +375,4 @@ def summary(diagnoses, errors=(), groups=None):
 
 
 def has_oom(diagnoses):
-    return any(d.get("verdict") in _BAD for d in diagnoses)
+    return any(d.get("verdict") in OOM_VERDICTS for d in diagnoses)

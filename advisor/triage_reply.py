@@ -9,7 +9,6 @@ that stopped without an error).
 
 import re
 
-from .triage import SIMILARITY
 
 _UNKNOWN = {"en": "unknown", "zh": "未知"}
 # Pointers to what the reporter never sees: the report's evidence list and the explain command.
@@ -42,7 +41,8 @@ def needs_of(d):
     return []
 
 
-def reason_text(key, leader, exact, n, lowest, distinct, lang):
+def reason_text(key, leader, exact, n, lowest, distinct, similarity, lang):
+    """Why these reports are one group; `similarity` is the grouping's threshold (triage.SIMILARITY)."""
     verdict, rule, phase, component, accelerator = key
     if lang == "zh":
         from .i18n import label
@@ -51,13 +51,13 @@ def reason_text(key, leader, exact, n, lowest, distinct, lang):
         if exact > 1:
             out += f"；归一化后 {exact} 份完全相同"
         if exact < n:
-            out += f"；另有 {distinct - 1} 种相似特征共 {n - exact} 份（token_sort_ratio ≥ {SIMILARITY}，最低 {lowest:.0f}）"
+            out += f"；另有 {distinct - 1} 种相似特征共 {n - exact} 份（token_sort_ratio ≥ {similarity}，最低 {lowest:.0f}）"
         return out
     out = f"rule {rule} ({phase}, {component}, {accelerator}); signature: {leader or '(no error line, no frames)'}"
     if exact > 1:
         out += f"; {exact} identical after normalising"
     if exact < n:
-        out += f"; {n - exact} in {distinct - 1} similar signature(s) (token_sort_ratio ≥ {SIMILARITY}, lowest {lowest:.0f})"
+        out += f"; {n - exact} in {distinct - 1} similar signature(s) (token_sort_ratio ≥ {similarity}, lowest {lowest:.0f})"
     return out
 
 

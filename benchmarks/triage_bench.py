@@ -91,7 +91,8 @@ def _numbers(text, rng):
 def mutate(text, rng, target=20_000, wrap=True):
     """One sample's text -> the bytes of a plausible other report of the same failure. With
     wrap=False no hard wrap is made (a wrapped original comes back unwrapped): the caller wraps."""
-    from advisor.reader import detect_wrap_width, read_text, resolve_redraws
+    from advisor.lines import detect_wrap_width, read_text
+    from advisor.reader import resolve_redraws
     width = detect_wrap_width([len(ln) for ln in text.split("\n")])
     if width:                               # a wrapped paste: unwrap, mutate, wrap again at its width
         text = "\n".join(ln.text for ln in read_text(text))
@@ -180,7 +181,7 @@ def quality(report, truth):
 
 def original_groups():
     """{sample name: id of the group it joins when the unmutated samples are triaged together}."""
-    from advisor.triage_cli import run_triage
+    from advisor.triage_run import run_triage
     report = run_triage([str(p) for p in sorted((ROOT / "log_samples").glob("*.log"))], jobs=1)
     return {Path(m).stem: g["id"] for g in report["groups"] for m in g["members"]}
 
@@ -279,7 +280,8 @@ def group_scale(sizes, seed=0):
 def profile(folder, jobs):
     """Per-stage times in-process: expand, diagnose (parallel), group."""
     from advisor.triage import group
-    from advisor.triage_cli import diagnose_all, expand
+    from advisor.triage_run import diagnose_all
+    from advisor.triage_inputs import expand
     t0 = time.perf_counter()
     files, _ = expand([str(folder)])
     t1 = time.perf_counter()

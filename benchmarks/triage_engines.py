@@ -30,7 +30,7 @@ if engine == "ray":
     from advisor.ray_engine import run_triage_ray
     report = run_triage_ray([folder])
 else:
-    from advisor.triage_cli import run_triage
+    from advisor.triage_run import run_triage
     report = run_triage([folder], jobs=jobs)
 seconds = time.perf_counter() - t
 with open(out, "w") as fh:
@@ -69,7 +69,7 @@ def main():
     ap.add_argument("--folder", type=Path, help="reuse (or fill) this folder instead of a temporary one")
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
-    from advisor.triage_cli import usable_cpus
+    from advisor.triage_run import usable_cpus
     jobs = args.jobs or usable_cpus()
     folder = args.folder or Path(tempfile.mkdtemp(prefix="triage-engines-"))
     folder.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ import pytest
 from advisor import batch
 from advisor.batch import FINGERPRINT_VERSION
 from advisor.triage import group, summary
-from advisor.triage_cli import run_triage
+from advisor.triage_run import run_triage
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -175,7 +175,7 @@ def test_no_oom_is_left_without_a_plan_and_no_number_reads_as_a_question_mark():
 def test_ranks_glued_onto_one_line_are_split():
     log = ("Traceback (most recent call last):\n" + OOM + "[rank1]:   File \"/x/torch/optim/adamw.py\", line 120, in "
            "_init_group\n")
-    from advisor.reader import read_text
+    from advisor.lines import read_text
     lines = read_text(log)
     assert lines[1].text == OOM and lines[2].rank == 1 and lines[2].text.startswith("  File")
 

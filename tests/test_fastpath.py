@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from advisor.diagnose import diagnose_timeline
-from advisor.fastpath import _parse_all, timeline_of
+from advisor.fastpath import timeline_of
+from advisor.windows import parse_all as _parse_all
 from conftest import REAL_LOGS, ROOT, SAMPLES
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -56,9 +57,9 @@ import threading  # noqa: E402
 
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
-from advisor import fastpath, stream  # noqa: E402
+from advisor import fastpath, stream, windows  # noqa: E402
 
-_PARSE_SPANS = fastpath.parse_spans
+_PARSE_SPANS = windows.parse_spans
 
 
 def _spans_of(monkeypatch, run):
@@ -68,7 +69,7 @@ def _spans_of(monkeypatch, run):
     def spy(mm, spans, *a):
         seen.append(spans)
         return _PARSE_SPANS(mm, spans, *a)
-    monkeypatch.setattr(fastpath, "parse_spans", spy)
+    monkeypatch.setattr(windows, "parse_spans", spy)
     monkeypatch.setattr(stream, "parse_spans", spy)
     return run(), seen
 
@@ -184,8 +185,8 @@ def test_every_signal_and_marker_pattern_has_an_anchor():
     the search looks for would never be found in a big file or a pipe."""
     from advisor.anchors import required
     from advisor.parser import MARKER_PHRASES
-    from advisor.signals import _PATTERNS
-    for table, anchors in [([p for _, _, p in _PATTERNS], fastpath.SIGNALS), ([MARKER_PHRASES.pattern], fastpath.MARKERS)]:
+    from advisor.signals import PATTERNS
+    for table, anchors in [([p for _, _, p in PATTERNS], windows.SIGNALS), ([MARKER_PHRASES.pattern], windows.MARKERS)]:
         for pattern in table:
             literals = required(pattern)
             assert literals, f"no literal of 3+ characters in every alternative of {pattern!r}"
@@ -202,9 +203,9 @@ def test_literal_gates_change_no_answer():
     """Seam phrases, signal patterns and framework names are asked for by their literals (or an
     automaton) before a regex runs: on every line of the samples each gated search answers as the
     bare regex does, and every match holds one of the literals its gate asks for."""
-    from advisor import parser, reader, signals
+    from advisor import lines, parser, signals
     from advisor.anchors import Gated, required
-    from advisor.reader import logical_lines
+    from advisor.lines import logical_lines
     assert required(r"(?P<pct>\d{1,3})%\s*\|", shortest=1) == ["%"]      # a bar: one character is its literal
     assert required(r"(?P<pct>\d{1,3})%\s*\|") is None
     signals.classify("warm")
@@ -214,7 +215,7 @@ def test_literal_gates_change_no_answer():
         for text in texts:
             bare = next(((k, d) for k, d, rx in signals._COMPILED if rx.search(text)), None)
             assert signals.classify(text) in (None, bare), (path.name, text)
-            for rx, literals in reader._seam_patterns():
+            for rx, literals in lines._seam_patterns():
                 for m in rx.finditer(text) if literals else ():
                     assert any(lit in m.group(0) for lit in literals), (rx.pattern, m.group(0))
             for gated in signals._GATED + [parser._SAVE_LINE, parser._LOAD_LINE, parser._SETUP_LINE]:
@@ -227,7 +228,7 @@ def test_literal_gates_change_no_answer():
 def test_batched_prefilters_change_nothing():
     """feed_batch searches the joined text of many lines at once; line by line must give the same."""
     from advisor.parser import Parser, parse
-    from advisor.reader import logical_lines
+    from advisor.lines import logical_lines
     for path in LOGS:
         with open(path, "rb") as fh:
             lines = list(logical_lines(fh))
@@ -241,7 +242,7 @@ def test_batched_checks_follow_a_split_command_and_the_lines_after_it():
     """A launch command split with backslashes goes on over lines no word marks; the batch path must
     join them as the line-by-line path does, and keep counting and ringing the rest."""
     from advisor.parser import Parser, parse
-    from advisor.reader import Line
+    from advisor.lines import Line
     texts = ["$ CUDA_VISIBLE_DEVICES=0,1 torchrun --nproc_per_node 2 src/train.py --do_train \\", "    --stage sft \\",
              "    plain words here \\", "    --per_device_train_batch_size 8", "nothing to see"] + \
             [f"[rank{i % 2}]: filler {i}" for i in range(40)] + ["torch.OutOfMemoryError: CUDA out of memory."]
@@ -304,8 +305,8 @@ def test_every_signal_pattern_holds_a_key():
     literal a signal pattern requires must hold one."""
     from advisor import signals as sig
     from advisor.anchors import required
-    missing = [(d, lit) for _, d, p in sig._PATTERNS for lit in required(p) or ["<no literal>"]
-               if not any(k in lit for k in sig._KEYS)]
+    missing = [(d, lit) for _, d, p in sig.PATTERNS for lit in required(p) or ["<no literal>"]
+               if not any(k in lit for k in sig.KEYS)]
     assert not missing, missing
 
 

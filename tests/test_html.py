@@ -263,7 +263,7 @@ def test_budget_page(kw, lang):
 
 @functools.lru_cache(maxsize=None)
 def triage_report():
-    from advisor.triage_cli import run_triage
+    from advisor.triage_run import run_triage
     return run_triage([str(SAMPLES)], "en", jobs=1)
 
 

@@ -4,7 +4,8 @@ import io
 
 import pytest
 
-from advisor.reader import InputError, detect_wrap_width, logical_lines
+from advisor.lines import detect_wrap_width, logical_lines
+from advisor.reader import InputError
 
 OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
        "23.67 GiB of which 1.05 GiB is free. Of the allocated memory 20.91 GiB is allocated by PyTorch, and 1.21 GiB "

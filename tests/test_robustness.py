@@ -178,7 +178,7 @@ def test_terminal_copy_same_diagnosis(path, width, encoding, newline, rank, rnd,
 # ---- the reader's wrap decisions, one case each -----------------------------------------------------------
 def texts(data):
     import io
-    from advisor.reader import logical_lines
+    from advisor.lines import logical_lines
     return [ln.text for ln in logical_lines(io.BytesIO(data))]
 
 

@@ -368,7 +368,7 @@ def test_config_size_is_capped(cli, pair):
 
 
 def test_jobs_are_capped_at_the_usable_cpus(cli, pair):
-    from advisor.triage_cli import usable_cpus
+    from advisor.triage_run import usable_cpus
     (pair / "runs").mkdir()
     for i in range(3):
         (pair / f"runs/f{i}.log").write_bytes(LOG)

@@ -160,7 +160,7 @@ def test_signal_patterns_let_re_scan_fast():
     # They run on every line that passes the key prefilter. An alternation whose branches all open
     # with a literal character, or one group of such branches, or a pattern anchored at ^, is found
     # by a fast scan; a leading \\b, class or lookaround makes re try every position (3x slower).
-    for kind, dialect, pattern in sig._PATTERNS:
+    for kind, dialect, pattern in sig.PATTERNS:
         branches = alternatives(pattern)
         if len(branches) == 1 and pattern.startswith("^"):
             continue

@@ -11,7 +11,8 @@ import pytest
 from conftest import SAMPLES
 
 from advisor.triage import _phrase, group, id_key
-from advisor.triage_cli import render_report, run_triage
+from advisor.triage_render import render_report
+from advisor.triage_run import run_triage
 
 
 def _d(src, phrase="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", frames=(), **kw):

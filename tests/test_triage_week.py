@@ -8,7 +8,9 @@ from click.testing import CliRunner
 
 from conftest import SAMPLES
 
-from advisor.triage_cli import render_report, run_triage, triage
+from advisor.triage_render import render_report
+from advisor.triage_run import run_triage
+from advisor.triage_cli import triage
 from advisor.triage_week import apply_filters, compare
 
 

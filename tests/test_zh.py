@@ -167,7 +167,8 @@ def test_budget_in_chinese(fmt, kw):
 @pytest.mark.parametrize("fmt", ["table", "markdown", "html"])
 def test_triage_in_chinese(fmt):
     from advisor.render.html import render_triage_html
-    from advisor.triage_cli import render_report, run_triage
+    from advisor.triage_render import render_report
+    from advisor.triage_run import run_triage
     r = run_triage([str(SAMPLES)], "zh", jobs=1)
     out = render_triage_html(r, "zh") if fmt == "html" else render_report(r, fmt, "zh")
     quoted = [g["signature"] for g in r["groups"] if g["signature"]] + \
