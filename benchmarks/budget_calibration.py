@@ -19,8 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from advisor.budget import Spec, estimate  # noqa: E402
-from advisor.catalog import find_gpu, find_model  # noqa: E402
+from advisor.memory.budget import Spec, estimate  # noqa: E402
+from advisor.memory.catalog import find_gpu, find_model  # noqa: E402
 
 QWEN1_LORA = "c_attn,c_proj,w1,w2"      # Qwen's finetune.py default LoRA targets, rank 64
 DEFAULT = [ROOT.parent / "shared" / "memory_groundtruth.csv", ROOT / "benchmarks" / "data" / "sharded_groundtruth.csv"]

@@ -21,7 +21,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from budget_calibration import DEFAULT, rows_of  # noqa: E402
-from advisor.budget import estimate, lora_targets, sharding_of  # noqa: E402
+from advisor.memory.budget import estimate, lora_targets, sharding_of  # noqa: E402
 
 GiB = 2 ** 30
 CONFIGS = HERE.parent.parent / "shared" / "memory_groundtruth_configs.csv"

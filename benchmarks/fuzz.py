@@ -66,7 +66,7 @@ def log_name(path):
 
 def decode(raw):
     """The log's text when its encoding is certain (UTF-8, else what the reader sniffs, strictly)."""
-    from advisor.reader import InputError, sniff_encoding
+    from advisor.read.reader import InputError, sniff_encoding
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -524,7 +524,7 @@ def _leaks(d):
 def safety_outcome(label, data, log):
     """(status, detail) of a safety case: ok, input_error, leaked or config_changed (a crash raises)."""
     from advisor.pipeline import diagnose_text
-    from advisor.reader import InputError
+    from advisor.read.reader import InputError
     if "config(" not in label:
         try:
             d = diagnose_text(data)
@@ -549,9 +549,9 @@ def safety_outcome(label, data, log):
 def _patch_kept_the_rest(d, cfg, data):
     """--write to another file: the same encoding, BOM and line ends; every line the plan did not
     change is the same text. A refusal (exit 2) is fine."""
-    from advisor.files import decode_config
-    from advisor.patch import applied_changes, write_patched
-    from advisor.reader import InputError
+    from advisor.read.files import decode_config
+    from advisor.plans.patch import applied_changes, write_patched
+    from advisor.read.reader import InputError
     out = cfg.with_name("out" + cfg.suffix)
     if out.exists():
         out.unlink()
@@ -583,7 +583,7 @@ FULL = False       # --full: the whole command's work (budget, plan, patch, ever
 def verdict_of(data):
     """(verdict, phase, component) or 'input_error'; any other exception propagates."""
     from advisor.pipeline import diagnose_text
-    from advisor.reader import InputError
+    from advisor.read.reader import InputError
     try:
         d = diagnose_text(data, with_plan=FULL)
     except InputError:

@@ -37,7 +37,7 @@ def main():
     ap.add_argument("--generated", type=int, default=600)
     args = ap.parse_args()
     os.environ.update(COLUMNS="100", NO_COLOR="1")
-    from advisor.cli import cli      # the click group (main() adds only the error handling)
+    from advisor.cli.main import cli      # the click group (main() adds only the error handling)
     runner = CliRunner()
     lines = []
 
@@ -63,7 +63,7 @@ def main():
             extra = ["--config", str(cfg)] if cfg.exists() else []
             for fmt in ("json", "text"):
                 case(f"real {folder.name} {fmt}", ["diagnose", str(folder / "log.txt"), *extra, "--format", fmt])
-    from advisor.rules import load_rules
+    from advisor.diagnosis.rules import load_rules
     for rule in load_rules():
         case(f"explain {rule.id}", ["explain", rule.id])
     if args.generated:

@@ -91,8 +91,8 @@ def _numbers(text, rng):
 def mutate(text, rng, target=20_000, wrap=True):
     """One sample's text -> the bytes of a plausible other report of the same failure. With
     wrap=False no hard wrap is made (a wrapped original comes back unwrapped): the caller wraps."""
-    from advisor.lines import detect_wrap_width, read_text
-    from advisor.reader import resolve_redraws
+    from advisor.evidence.lines import detect_wrap_width, read_text
+    from advisor.read.reader import resolve_redraws
     width = detect_wrap_width([len(ln) for ln in text.split("\n")])
     if width:                               # a wrapped paste: unwrap, mutate, wrap again at its width
         text = "\n".join(ln.text for ln in read_text(text))
@@ -128,7 +128,7 @@ def mutate(text, rng, target=20_000, wrap=True):
 
 
 def _decode(data):
-    from advisor.reader import sniff_encoding    # some samples are GBK or UTF-16 themselves
+    from advisor.read.reader import sniff_encoding    # some samples are GBK or UTF-16 themselves
     return data.decode(sniff_encoding(data[:1 << 20]), errors="replace")
 
 
@@ -181,7 +181,7 @@ def quality(report, truth):
 
 def original_groups():
     """{sample name: id of the group it joins when the unmutated samples are triaged together}."""
-    from advisor.triage_run import run_triage
+    from advisor.triage.run import run_triage
     report = run_triage([str(p) for p in sorted((ROOT / "log_samples").glob("*.log"))], jobs=1)
     return {Path(m).stem: g["id"] for g in report["groups"] for m in g["members"]}
 
@@ -257,7 +257,7 @@ def group_scale(sizes, seed=0):
     """group() alone on n synthetic diagnoses with n distinct signatures: one OOM phrase, three frames
     each, the innermost drawn from 50 common ones (blocks are then large, as real tracebacks share
     torch's frames), the other two the program's own."""
-    from advisor.triage import group
+    from advisor.triage.grouping import group
     rng = random.Random(seed)
 
     def word(k=8):
@@ -279,9 +279,9 @@ def group_scale(sizes, seed=0):
 
 def profile(folder, jobs):
     """Per-stage times in-process: expand, diagnose (parallel), group."""
-    from advisor.triage import group
-    from advisor.triage_run import diagnose_all
-    from advisor.triage_inputs import expand
+    from advisor.triage.grouping import group
+    from advisor.triage.run import diagnose_all
+    from advisor.triage.inputs import expand
     t0 = time.perf_counter()
     files, _ = expand([str(folder)])
     t1 = time.perf_counter()

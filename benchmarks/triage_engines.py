@@ -27,10 +27,10 @@ t = time.perf_counter()
 if engine == "ray":
     import ray
     ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
-    from advisor.ray_engine import run_triage_ray
+    from advisor.triage.ray_engine import run_triage_ray
     report = run_triage_ray([folder])
 else:
-    from advisor.triage_run import run_triage
+    from advisor.triage.run import run_triage
     report = run_triage([folder], jobs=jobs)
 seconds = time.perf_counter() - t
 with open(out, "w") as fh:
@@ -69,7 +69,7 @@ def main():
     ap.add_argument("--folder", type=Path, help="reuse (or fill) this folder instead of a temporary one")
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
-    from advisor.triage_run import usable_cpus
+    from advisor.triage.run import usable_cpus
     jobs = args.jobs or usable_cpus()
     folder = args.folder or Path(tempfile.mkdtemp(prefix="triage-engines-"))
     folder.mkdir(parents=True, exist_ok=True)

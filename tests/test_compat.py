@@ -1,9 +1,9 @@
 """Moves that exclude each other (advisor/compat.py, data/exclusions.yaml) are never stacked, and a
 full fine-tune on several GPUs reaches for sharding before moves that change results."""
 
-from advisor.compat import brings, excluded
+from advisor.plans.compat import brings, excluded
 from advisor.pipeline import diagnose_text
-from advisor.plan import BUILDERS
+from advisor.plans.plan import BUILDERS
 
 OPT = """  File "/env/lib/python3.10/site-packages/torch/optim/adamw.py", line 606, in _multi_tensor_adamw
     exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs)
@@ -58,7 +58,7 @@ def test_the_table_names_known_moves_and_respects_frameworks_that_allow_a_pair()
     assert excluded("zero_sharding", {"zero": 3}, {"quant_4bit"}, "hf") is not None
     assert excluded("cpu_offload", {"offload": True}, {"optim_8bit"}, "verl") is None   # FSDP's own offload
     assert brings("cpu_offload", {"zero": 3, "offload": True}) == {"deepspeed_offload", "zero3"}
-    from advisor.snapshot import snapshot
+    from advisor.core.snapshot import snapshot
     for e in snapshot()["exclusions"]:
         assert e["move"] in BUILDERS and e["reason"] and e["source"]
 

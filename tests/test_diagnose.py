@@ -249,8 +249,8 @@ def test_a_bar_over_tensor_names_is_loading_weights():
 
 def test_an_ipython_frame_reads_the_line_its_arrow_marks():
     """IPython quotes numbered context lines around the call that ran; that call is the frame's source."""
-    from advisor.lines import read_text
-    from advisor.traceback import frames_of
+    from advisor.evidence.lines import read_text
+    from advisor.evidence.traceback import frames_of
     log = ("/tmp/ipykernel_31/21731.py in train(args)\n"
            "    205 \n"
            "    206                     # forward and backward\n"
@@ -293,8 +293,8 @@ def test_a_traceback_glued_after_the_last_bar_and_cut_in_its_header_is_incomplet
 
 
 def test_a_rich_frame_whose_name_the_box_wrapped_is_read_with_its_arrow_line():
-    from advisor.lines import Line
-    from advisor.traceback import frames_of
+    from advisor.evidence.lines import Line
+    from advisor.evidence.traceback import frames_of
     log = ("│ /env/lib/python3.10/site-packages/bitsandbytes/nn/modules.py:268 in                  │\n"
            "│ _save_to_state_dict                                                                  │\n"
            "│\n"

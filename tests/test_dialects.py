@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from advisor import dialects as D
-from advisor.cmdline import find_command, patched
-from advisor.config import load_config
-from advisor.patch import applied_changes, patched_text
+from advisor.read import dialects as D
+from advisor.read.cmdline import find_command, patched
+from advisor.read.config import load_config
+from advisor.plans.patch import applied_changes, patched_text
 from advisor.pipeline import diagnose_path
 from conftest import REAL_LOGS, ROOT, SAMPLES, SHARED
 

@@ -2,11 +2,11 @@
 
 import pytest
 
-from advisor.snapshot import snapshot
-from advisor.frames import read_call, read_frame
+from advisor.core.snapshot import snapshot
+from advisor.evidence.frames import read_call, read_frame
 from advisor.pipeline import diagnose_text
-from advisor.timeline import Frame
-from advisor.traceback import parse_frame
+from advisor.evidence.timeline import Frame
+from advisor.evidence.traceback import parse_frame
 
 FRAMES = snapshot()["frames"]
 
@@ -175,7 +175,7 @@ def test_no_oom_is_left_without_a_plan_and_no_number_reads_as_a_question_mark():
 def test_ranks_glued_onto_one_line_are_split():
     log = ("Traceback (most recent call last):\n" + OOM + "[rank1]:   File \"/x/torch/optim/adamw.py\", line 120, in "
            "_init_group\n")
-    from advisor.lines import read_text
+    from advisor.evidence.lines import read_text
     lines = read_text(log)
     assert lines[1].text == OOM and lines[2].rank == 1 and lines[2].text.startswith("  File")
 
@@ -213,7 +213,7 @@ def test_flat_memory_then_a_failure_reads_as_one_long_batch():
 
 
 def test_a_caught_error_logged_with_what_ran_gives_the_phase():
-    from advisor.phase import activity_of
+    from advisor.diagnosis.phase import activity_of
     from advisor.pipeline import diagnose_text
     assert activity_of("ERROR:x:Error while evaluating Task: CUDA out of memory. Tried")[0] == "evaluation"
     assert activity_of("Exception during saving the model: torch.OutOfMemoryError: CUDA")[0] == "checkpoint_save"

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from advisor.diagnose import diagnose_timeline
-from advisor.fastpath import timeline_of
-from advisor.windows import parse_all as _parse_all
+from advisor.diagnosis.diagnose import diagnose_timeline
+from advisor.evidence.fastpath import timeline_of
+from advisor.evidence.windows import parse_all as _parse_all
 from conftest import REAL_LOGS, ROOT, SAMPLES
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -57,7 +57,7 @@ import threading  # noqa: E402
 
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
-from advisor import fastpath, stream, windows  # noqa: E402
+from advisor.evidence import fastpath, stream, windows  # noqa: E402
 
 _PARSE_SPANS = windows.parse_spans
 
@@ -109,7 +109,7 @@ def _variants(data):
                                   "gbk-encoded", "host-oom-killed", "ds-zero3-save-oom"])
 def test_stream_on_encoded_wrapped_and_crlf_inputs(monkeypatch, tmp_path, name):
     raw = (SAMPLES / f"{name}.log").read_bytes()
-    from advisor.reader import sniff_encoding
+    from advisor.read.reader import sniff_encoding
     base = raw.decode(sniff_encoding(raw[:65536]), errors="replace").encode("utf-8")
     for variant, data in _variants(base).items():
         full = key(_parse_all(io.BytesIO(data), "log"))
@@ -183,9 +183,9 @@ def test_regex_fallback_finds_what_aho_corasick_finds():
 def test_every_signal_and_marker_pattern_has_an_anchor():
     """The windows are found by searching anchors, not by parsing: a pattern none of whose anchors
     the search looks for would never be found in a big file or a pipe."""
-    from advisor.anchors import required
-    from advisor.parser import MARKER_PHRASES
-    from advisor.signals import PATTERNS
+    from advisor.evidence.anchors import required
+    from advisor.evidence.parser import MARKER_PHRASES
+    from advisor.evidence.signals import PATTERNS
     for table, anchors in [([p for _, _, p in PATTERNS], windows.SIGNALS), ([MARKER_PHRASES.pattern], windows.MARKERS)]:
         for pattern in table:
             literals = required(pattern)
@@ -203,9 +203,9 @@ def test_literal_gates_change_no_answer():
     """Seam phrases, signal patterns and framework names are asked for by their literals (or an
     automaton) before a regex runs: on every line of the samples each gated search answers as the
     bare regex does, and every match holds one of the literals its gate asks for."""
-    from advisor import lines, parser, signals
-    from advisor.anchors import Gated, required
-    from advisor.lines import logical_lines
+    from advisor.evidence import lines, parser, signals
+    from advisor.evidence.anchors import Gated, required
+    from advisor.evidence.lines import logical_lines
     assert required(r"(?P<pct>\d{1,3})%\s*\|", shortest=1) == ["%"]      # a bar: one character is its literal
     assert required(r"(?P<pct>\d{1,3})%\s*\|") is None
     signals.classify("warm")
@@ -227,8 +227,8 @@ def test_literal_gates_change_no_answer():
 
 def test_batched_prefilters_change_nothing():
     """feed_batch searches the joined text of many lines at once; line by line must give the same."""
-    from advisor.parser import Parser, parse
-    from advisor.lines import logical_lines
+    from advisor.evidence.parser import Parser, parse
+    from advisor.evidence.lines import logical_lines
     for path in LOGS:
         with open(path, "rb") as fh:
             lines = list(logical_lines(fh))
@@ -241,8 +241,8 @@ def test_batched_prefilters_change_nothing():
 def test_batched_checks_follow_a_split_command_and_the_lines_after_it():
     """A launch command split with backslashes goes on over lines no word marks; the batch path must
     join them as the line-by-line path does, and keep counting and ringing the rest."""
-    from advisor.parser import Parser, parse
-    from advisor.lines import Line
+    from advisor.evidence.parser import Parser, parse
+    from advisor.evidence.lines import Line
     texts = ["$ CUDA_VISIBLE_DEVICES=0,1 torchrun --nproc_per_node 2 src/train.py --do_train \\", "    --stage sft \\",
              "    plain words here \\", "    --per_device_train_batch_size 8", "nothing to see"] + \
             [f"[rank{i % 2}]: filler {i}" for i in range(40)] + ["torch.OutOfMemoryError: CUDA out of memory."]
@@ -290,7 +290,7 @@ def test_every_substring_check_of_the_parser_holds_one_of_its_words():
     """A check the batch scan does not run on a line must fail there every substring test it starts with."""
     import ast
     import inspect
-    import advisor.parser as parser
+    import advisor.evidence.parser as parser
     tree = ast.parse(inspect.getsource(parser.Parser))
     words = {"_progress": parser._PROGRESS_WORDS, "_markers": parser._MARKER_WORDS, "_facts": parser._FACT_WORDS,
              "_script": parser._SCRIPT_WORDS, "_memory_point": parser._MEMORY_WORDS}
@@ -303,8 +303,8 @@ def test_every_substring_check_of_the_parser_holds_one_of_its_words():
 def test_every_signal_pattern_holds_a_key():
     """classify() skips a line holding no key, and the batch scan runs it only where one is: every
     literal a signal pattern requires must hold one."""
-    from advisor import signals as sig
-    from advisor.anchors import required
+    from advisor.evidence import signals as sig
+    from advisor.evidence.anchors import required
     missing = [(d, lit) for _, d, p in sig.PATTERNS for lit in required(p) or ["<no literal>"]
                if not any(k in lit for k in sig.KEYS)]
     assert not missing, missing

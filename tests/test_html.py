@@ -24,7 +24,7 @@ from ruamel.yaml import YAML
 
 from conftest import ROOT, SAMPLES
 
-from advisor.budget import MARGIN, RESERVE_GIB
+from advisor.memory.budget import MARGIN, RESERVE_GIB
 from advisor.render.html import BAR_W, COMPONENTS, TL_LOAD, TL_TRAIN
 
 SLUGS = sorted(p.stem for p in SAMPLES.glob("*.log"))
@@ -228,7 +228,7 @@ def test_escaping():
 
 # ---- budget and triage pages ----------------------------------------------------------------------
 def _spec(**kw):
-    from advisor.runspec import spec_from_facts
+    from advisor.plans.runspec import spec_from_facts
     spec, _ = spec_from_facts({}, gpu=kw.pop("gpu", None), model=kw.pop("model"), overrides=kw)
     return spec
 
@@ -239,7 +239,7 @@ def _spec(**kw):
                                      precision="fp32", num_gpus=4, deepspeed="zero2"),
                                 dict(model="Qwen2.5-7B-Instruct", method="qlora", batch=1, seq_len=256)])
 def test_budget_page(kw, lang):
-    from advisor.budget import estimate
+    from advisor.memory.budget import estimate
     from advisor.render.html import render_budget_html, what_ifs
     spec = _spec(**kw)
     b = estimate(spec)
@@ -263,7 +263,7 @@ def test_budget_page(kw, lang):
 
 @functools.lru_cache(maxsize=None)
 def triage_report():
-    from advisor.triage_run import run_triage
+    from advisor.triage.run import run_triage
     return run_triage([str(SAMPLES)], "en", jobs=1)
 
 
@@ -407,7 +407,7 @@ needs_browser = pytest.mark.skipif(browser() is None, reason="no chromium/chrome
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory):
     """Every sample in both languages, a budget and a triage page, written as files."""
-    from advisor.budget import estimate
+    from advisor.memory.budget import estimate
     from advisor.render.html import render_budget_html, render_triage_html
     folder = tmp_path_factory.mktemp("html")
     out = {}

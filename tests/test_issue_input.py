@@ -7,8 +7,8 @@ from click.testing import CliRunner
 
 from conftest import SAMPLES
 
-from advisor.issue_input import blocks_of, report_of, reports_in
-from advisor.triage_cli import triage
+from advisor.triage.issues import blocks_of, report_of, reports_in
+from advisor.cli.triage import triage
 
 LOG = (SAMPLES / "lf-first-step-activations.log").read_text(encoding="utf-8")
 CFG = (SAMPLES / "lf-first-step-activations.yaml").read_text(encoding="utf-8")
@@ -88,7 +88,7 @@ def test_a_file_that_is_not_an_export_is_an_error_line_not_a_traceback(tmp_path)
 
 
 def test_the_issues_config_block_is_used_as_its_config(tmp_path):
-    from advisor.issue_input import diagnose_reports
+    from advisor.triage.issues import diagnose_reports
     export = tmp_path / "issues.json"
     export.write_text(json.dumps(_gh_export()[:2]), encoding="utf-8")
     rows, errors = diagnose_reports([str(export)])

@@ -5,10 +5,10 @@ import os
 
 import pytest
 
-from advisor import dialects as D
-from advisor.jobkind import decide, engine_settings
+from advisor.read import dialects as D
+from advisor.diagnosis.jobkind import decide, engine_settings
 from advisor.pipeline import diagnose_path
-from advisor.timeline import Frame
+from advisor.evidence.timeline import Frame
 from conftest import ROOT, SAMPLES, SHARED
 
 REFERENCE = SHARED / "reference" / "dialects"

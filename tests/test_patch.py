@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from advisor.config import load_config
-from advisor.patch import patched_text, unified_diff
+from advisor.read.config import load_config
+from advisor.plans.patch import patched_text, unified_diff
 from conftest import ROOT
 
 KEYS = ["model_name_or_path", "stage", "finetuning_type", "lora_target", "template", "cutoff_len",
@@ -112,7 +112,7 @@ def test_a_nested_json_change_keeps_every_other_byte(tmp_path):
 
 
 def test_json_edits_refuse_what_they_cannot_do_in_place():
-    from advisor.json_edit import edited
+    from advisor.plans.json_edit import edited
     assert edited('{"a": 1}', {"a.b": 2}) is None           # the way down holds a number
     assert edited("[1, 2]", {"a": 1}) is None               # not an object
     assert edited('{"a": 1', {"a": 2}) is None              # cut

@@ -24,7 +24,7 @@ OOM = b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. 
 # when it exits, however it exits.
 _MEASURED = """
 import os, resource, sys
-from advisor.cli import main
+from advisor.cli.main import main
 try:
     main(sys.argv[1:])
 finally:

@@ -83,12 +83,12 @@ def test_fp16_not_bf16_on_a_card_without_bf16(tmp_path):
     """31.75 GiB is a V100-32G: no native bf16, so the precision move is fp16. (A full fine-tune in
     fp32; LLaMA-Factory loads LoRA's frozen weights in half precision already. Mixed precision keeps an
     fp32 master copy, so the move may save too little to be offered: its builder is asked directly.)"""
-    from advisor.plan import BUILDERS, Context
-    from advisor.runspec import spec_from_facts
+    from advisor.plans.plan import BUILDERS, Context
+    from advisor.plans.runspec import spec_from_facts
     text = LF.replace("per_device_train_batch_size: 4", "per_device_train_batch_size: 1") + "fp16: false\nbf16: false\n"
     d = first_step(tmp_path, text.replace("finetuning_type: lora", "finetuning_type: full"), cap=31.75, alloc=31.0)
     spec, _ = spec_from_facts(d.facts, d.memory)
-    from advisor.config import load_config
+    from advisor.read.config import load_config
     changes, update, _ = BUILDERS["precision"](Context(d, spec, load_config(str(tmp_path / "train.yaml")), "en"), spec)
     assert "fp16" in changes and "bf16" not in changes and update == {"precision": "fp16"}
     d = first_step(tmp_path, text, cap=31.75, alloc=31.0)

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
 
-from advisor.ray_engine import run_triage_ray  # noqa: E402
-from advisor.triage_run import run_triage
-from advisor.triage_cli import triage  # noqa: E402
+from advisor.triage.ray_engine import run_triage_ray  # noqa: E402
+from advisor.triage.run import run_triage
+from advisor.cli.triage import triage  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -4,8 +4,8 @@ import io
 
 import pytest
 
-from advisor.lines import detect_wrap_width, logical_lines
-from advisor.reader import InputError
+from advisor.evidence.lines import detect_wrap_width, logical_lines
+from advisor.read.reader import InputError
 
 OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
        "23.67 GiB of which 1.05 GiB is free. Of the allocated memory 20.91 GiB is allocated by PyTorch, and 1.21 GiB "
@@ -101,7 +101,7 @@ CUT = CHUNKED.index(b"[31m")
 def test_chunk_boundaries_change_nothing(monkeypatch, chunk):
     # Colour codes and CRLF are looked for per chunk: a code or a '\r\n' cut in two by a chunk's end
     # must come out as when the whole log is one chunk (here the only colour is an ESC-less remnant).
-    import advisor.reader as reader
+    import advisor.read.reader as reader
     monkeypatch.setattr(reader, "CHUNK", chunk)
     got = [(ln.no, ln.text, ln.rank) for ln in lines_of(CHUNKED)]
     head = ["plain start", "[INFO|2025-01-01 10:00:00] loader >> ok"] * 3

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from conftest import REAL_LOGS, ROOT, SAMPLES
 
 from advisor.pipeline import diagnose_text
-from advisor.reader import InputError
+from advisor.read.reader import InputError
 
 _spec = importlib.util.spec_from_file_location("oom_fuzz", ROOT / "benchmarks" / "fuzz.py")
 fuzz = importlib.util.module_from_spec(_spec)
@@ -178,7 +178,7 @@ def test_terminal_copy_same_diagnosis(path, width, encoding, newline, rank, rnd,
 # ---- the reader's wrap decisions, one case each -----------------------------------------------------------
 def texts(data):
     import io
-    from advisor.lines import logical_lines
+    from advisor.evidence.lines import logical_lines
     return [ln.text for ln in logical_lines(io.BytesIO(data))]
 
 
@@ -221,7 +221,7 @@ def test_a_wrap_chain_is_bounded():
 
 
 def test_a_growing_file_is_read_as_it_stood(tmp_path):
-    from advisor.reader import open_source
+    from advisor.read.reader import open_source
     log = tmp_path / "train.log"
     log.write_bytes(b"first\n")
     name, stream = open_source(str(log))

@@ -4,7 +4,7 @@ import pytest
 from conftest import alternatives, opens_with_literal
 
 from advisor.pipeline import diagnose_text
-from advisor.rules import ACTIONS, load_rules
+from advisor.diagnosis.rules import ACTIONS, load_rules
 
 RULES = load_rules()
 CASES = [(r.id, "trigger", i, s) for r in RULES for i, s in enumerate(r.samples.trigger)] + \
@@ -44,7 +44,7 @@ def test_rule_actions_are_in_the_vocabulary():
 
 
 def test_broken_rule_file_names_file_and_field(tmp_path):
-    from advisor.rules import RuleError
+    from advisor.diagnosis.rules import RuleError
     (tmp_path / "OOM777.yaml").write_text("id: OOM777\nname: x\npriority: 1\nverdict: maybe\n")
     with pytest.raises(RuleError) as e:
         load_rules.__wrapped__(tmp_path)

@@ -206,8 +206,8 @@ def test_write_patches_the_folders_config_with_a_backup(tmp_path):
 
 # ---- triage ----------------------------------------------------------------------------------------
 def test_triage_takes_each_run_folder_as_one_report():
-    from advisor.triage_inputs import expand
-    from advisor.triage_run import run_triage
+    from advisor.triage.inputs import expand
+    from advisor.triage.run import run_triage
     files, _ = expand([str(RUNS)])
     assert sorted(os.path.relpath(f, RUNS) for f in files) == sorted(
         ["axolotl/qlora-mistral-v03", "hf-trainer/llama32-3b-full", f"llamaboard/saves/Qwen2.5-7B-Instruct/lora/{NEW}",

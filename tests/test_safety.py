@@ -35,7 +35,7 @@ def controls(text):
 @pytest.fixture
 def cli(capsysbinary, monkeypatch):
     """Run `oom-doctor ARGS` in-process: (exit code, stdout, stderr) as text."""
-    from advisor.cli import main
+    from advisor.cli.main import main
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("OOM_DOCTOR_LANG", "en")
     monkeypatch.delenv("OOM_DOCTOR_DEBUG", raising=False)
@@ -131,8 +131,8 @@ def test_write_keeps_hard_links(cli, pair):
 
 
 def test_write_in_place_when_a_new_file_could_not_keep_the_owner(cli, pair, monkeypatch):
-    import advisor.patch
-    monkeypatch.setattr(advisor.patch, "_can_keep_owner", lambda st: False)     # not root, someone else's file
+    import advisor.plans.patch
+    monkeypatch.setattr(advisor.plans.patch, "_can_keep_owner", lambda st: False)     # not root, someone else's file
     inode = (pair / "cfg.yaml").stat().st_ino
     rc, _, _ = cli("diagnose", "train.log", "--config", "cfg.yaml", "--write")
     assert rc == 1 and PATCHED in (pair / "cfg.yaml").read_bytes()
@@ -368,7 +368,7 @@ def test_config_size_is_capped(cli, pair):
 
 
 def test_jobs_are_capped_at_the_usable_cpus(cli, pair):
-    from advisor.triage_run import usable_cpus
+    from advisor.triage.run import usable_cpus
     (pair / "runs").mkdir()
     for i in range(3):
         (pair / f"runs/f{i}.log").write_bytes(LOG)

@@ -3,7 +3,7 @@
 import pytest
 from conftest import alternatives, opens_with_literal
 
-from advisor import signals as sig
+from advisor.evidence import signals as sig
 
 GiB = 1.0
 MiB = 1 / 1024

@@ -10,9 +10,9 @@ from click.testing import CliRunner
 
 from conftest import SAMPLES
 
-from advisor.triage import group, normalise, signature
-from advisor.triage_run import run_triage
-from advisor.triage_cli import triage
+from advisor.triage.grouping import group, normalise, signature
+from advisor.triage.run import run_triage
+from advisor.cli.triage import triage
 
 EXPECTED = SAMPLES / "expectations.yaml"
 
@@ -32,7 +32,7 @@ def _oom_samples():
 
 
 def _text(path):
-    from advisor.reader import sniff_encoding
+    from advisor.read.reader import sniff_encoding
     data = path.read_bytes()
     return data.decode(sniff_encoding(data[:65536]), errors="replace")
 
@@ -41,7 +41,7 @@ def _mutate(text, k=1.13):
     """Another run of the same failure: other sizes (scaled together, so the allocator's ratios stay),
     PIDs, timestamps, line numbers, home directory, torchrun's rank prefix on every line; a paste that
     was hard-wrapped is unwrapped first and wrapped again at the same width, as its terminal would."""
-    from advisor.lines import detect_wrap_width, read_text
+    from advisor.evidence.lines import detect_wrap_width, read_text
     width = detect_wrap_width([len(ln) for ln in text.split("\n")])
     if width:
         text = "\n".join(ln.text for ln in read_text(text))
@@ -198,7 +198,7 @@ def test_a_worker_that_dies_does_not_lose_its_files(tmp_path, monkeypatch):
     import multiprocessing
     import os
 
-    import advisor.triage_run as tc
+    import advisor.triage.run as tc
     if multiprocessing.get_start_method() != "fork":
         pytest.skip("the patched worker only reaches forked children")
     folder = tmp_path / "many"
@@ -217,7 +217,7 @@ def test_a_worker_that_dies_does_not_lose_its_files(tmp_path, monkeypatch):
 
 
 def test_a_file_reached_twice_is_diagnosed_once(tmp_path):
-    from advisor.triage_inputs import expand
+    from advisor.triage.inputs import expand
     log = tmp_path / "logs" / "a.log"
     log.parent.mkdir()
     log.write_text("RuntimeError: CUDA out of memory.\n")

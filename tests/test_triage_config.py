@@ -5,8 +5,8 @@ import shutil
 
 from conftest import SAMPLES
 
-from advisor.batch import diagnose_item
-from advisor.triage_config import config_beside
+from advisor.triage.batch import diagnose_item
+from advisor.triage.config import config_beside
 
 LOG, CFG = SAMPLES / "lf-first-step-activations.log", SAMPLES / "lf-first-step-activations.yaml"
 

@@ -10,9 +10,9 @@ import pytest
 
 from conftest import SAMPLES
 
-from advisor.triage import _phrase, group, id_key
-from advisor.triage_render import render_report
-from advisor.triage_run import run_triage
+from advisor.triage.grouping import _phrase, group, id_key
+from advisor.triage.render import render_report
+from advisor.triage.run import run_triage
 
 
 def _d(src, phrase="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", frames=(), **kw):
@@ -87,8 +87,8 @@ def test_a_named_member_joining_copies_decided_by_sizes_keeps_their_id():
 
 
 def test_partitions_of_copies_decided_by_sizes_merge_to_the_one_pass_grouping():
-    from advisor import batch
-    from advisor.triage import signature, weak_component
+    from advisor.triage import batch
+    from advisor.triage.grouping import signature, weak_component
     rows = [_sized(f"{i}.log", ("unknown", "activations", "optimizer_states")[i % 3], _SHAPE) for i in range(9)]
     rows += [_d("named.log", basis={"component": "quoted call x("})]
     for r in rows:
@@ -216,7 +216,7 @@ def test_a_long_phrase_meets_its_copy_with_a_frame_the_original_lacks():
 
 def test_a_groups_dict_is_what_asdict_gives():
     from dataclasses import asdict
-    from advisor import batch
+    from advisor.triage import batch
     rows = [batch.diagnose_item(str(p), str(p)) for p in sorted(SAMPLES.glob("*.log"))]
     groups = group([r for r in rows if "error" not in r])
     assert groups and all(g.to_dict() == asdict(g) for g in groups)

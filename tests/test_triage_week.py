@@ -8,10 +8,10 @@ from click.testing import CliRunner
 
 from conftest import SAMPLES
 
-from advisor.triage_render import render_report
-from advisor.triage_run import run_triage
-from advisor.triage_cli import triage
-from advisor.triage_week import apply_filters, compare
+from advisor.triage.render import render_report
+from advisor.triage.run import run_triage
+from advisor.cli.triage import triage
+from advisor.triage.week import apply_filters, compare
 
 
 def _g(gid, count, aliases=(), verdict="device_oom", rule="OOM201"):

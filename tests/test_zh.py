@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from advisor.i18n import ZH_AVOID
+from advisor.core.i18n import ZH_AVOID
 from conftest import ROOT, SAMPLES
 
 BLESS = os.environ.get("OOM_DOCTOR_BLESS") == "1"
@@ -93,7 +93,7 @@ def typography_faults(text):
 
 
 def vocabulary_faults(text):
-    from advisor.plan import BUILDERS
+    from advisor.plans.plan import BUILDERS
     codes = "|".join(sorted(BUILDERS, key=len, reverse=True))
     faults = [f"action code without its Chinese name: …{text[max(0, m.start() - 12):m.end() + 12]}…"
               for m in re.finditer(rf"(?<![（\w=])({codes})(?![）\w:])", text)]
@@ -118,7 +118,7 @@ def test_zh_typography_and_vocabulary(slug, fmt):
 
 
 def test_every_rule_reads_well_in_chinese():
-    from advisor.rules import load_rules
+    from advisor.diagnosis.rules import load_rules
     faults = []
     for r in load_rules():
         for part in ("title", "summary", "explanation"):
@@ -129,7 +129,7 @@ def test_every_rule_reads_well_in_chinese():
 
 def test_explain_and_rules_in_chinese():
     from advisor.render.rule_doc import explain_text
-    from advisor.rules import load_rules
+    from advisor.diagnosis.rules import load_rules
     faults = []
     for r in load_rules():
         text = explain_text(r, "zh")
@@ -142,10 +142,10 @@ def test_explain_and_rules_in_chinese():
 
 
 def _budget(fmt, lang="zh", **kw):
-    from advisor.budget import estimate
+    from advisor.memory.budget import estimate
     from advisor.render.budget_text import render_budget_text
     from advisor.render.html import render_budget_html
-    from advisor.runspec import spec_from_facts
+    from advisor.plans.runspec import spec_from_facts
     spec, notes = spec_from_facts({}, gpu=kw.pop("gpu", "4090"), model=kw.pop("model", "Qwen2.5-7B"),
                                   overrides=kw)
     b = estimate(spec)
@@ -167,8 +167,8 @@ def test_budget_in_chinese(fmt, kw):
 @pytest.mark.parametrize("fmt", ["table", "markdown", "html"])
 def test_triage_in_chinese(fmt):
     from advisor.render.html import render_triage_html
-    from advisor.triage_render import render_report
-    from advisor.triage_run import run_triage
+    from advisor.triage.render import render_report
+    from advisor.triage.run import run_triage
     r = run_triage([str(SAMPLES)], "zh", jobs=1)
     out = render_triage_html(r, "zh") if fmt == "html" else render_report(r, fmt, "zh")
     quoted = [g["signature"] for g in r["groups"] if g["signature"]] + \
@@ -239,7 +239,7 @@ def test_a_real_halving_says_halve(lang, said):
 
 @pytest.mark.parametrize("lang, said", [("en", "moves the effective batch from 5 × 1 = 5 to 2 × 2 = 4"), ("zh", "从 5 × 1 = 5 变为 2 × 2 = 4")])
 def test_an_effective_batch_that_changes_is_said_to(lang, said):
-    from advisor.planwords import _batch_why
+    from advisor.plans.planwords import _batch_why
     assert said in _batch_why(lang, [5, 2], [1, 2])
 
 
@@ -255,7 +255,7 @@ def test_the_margin_is_stated_when_a_positive_headroom_does_not_fit(lang, said):
 @pytest.mark.parametrize("slug", SLUGS)
 def test_budget_and_plan_agree_on_whether_the_run_fits(slug, lang):
     """The plan measures against max(estimate, in use + failed request); the card line says the same."""
-    from advisor.plan import observed_need
+    from advisor.plans.plan import observed_need
     d = diagnosis(slug, lang)
     b = d.budget
     if not b or not b.get("usable_gib"):
@@ -303,7 +303,7 @@ def test_an_npu_has_no_cuda_context(lang, fmt):
 @pytest.mark.parametrize("lang, manual, outside", [("en", "[not in the patch: change by hand]", "[outside the config]"),
                                                    ("zh", "【补丁未包含，需手动修改】", "【配置之外】")])
 def test_outside_the_config_is_never_a_config_change(lang, manual, outside):
-    from advisor.planwords import MANUAL
+    from advisor.plans.planwords import MANUAL
     assert manual in _plan_lines("ds-zero3-save-oom", lang)[0]
     for slug in SLUGS:
         for step, line in zip(diagnosis(slug, lang).plan or [], _plan_lines(slug, lang)):
@@ -312,8 +312,8 @@ def test_outside_the_config_is_never_a_config_change(lang, manual, outside):
 
 
 def test_titles_do_not_repeat_the_verdict():
-    from advisor.i18n import label
-    from advisor.rules import load_rules
+    from advisor.core.i18n import label
+    from advisor.diagnosis.rules import load_rules
     for r in load_rules():
         assert label(r.verdict, "zh") not in r.title.zh, r.id
 

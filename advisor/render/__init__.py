@@ -1,10 +1,11 @@
 """Render a diagnosis: text (terminal), markdown (issue reply), json (contract), html (report).
 
-Every format's text passes through advisor.safe: what came from a log, a file name or a config is
+Every format's text passes through advisor.core.safe: what came from a log, a file name or a config is
 made inert (escape sequences, C1 controls, bidi overrides shown as escapes) wherever it lands.
+May import: plans, diagnosis, memory, evidence, read, core (never pipeline: it renders what it is given).
 """
 
-from .. import safe
+from ..core import safe
 
 
 def render(diagnosis, fmt="text", lang="en", color=False):

@@ -2,7 +2,7 @@
 
 import unicodedata
 
-from ..i18n import assumption_text, label
+from ..core.i18n import assumption_text, label
 
 
 def pad(text, width):
@@ -35,7 +35,7 @@ def fit_text(b, lang="en"):
 def observed_line(b, memory, lang="en"):
     """When the estimate fits but the allocator saw more at the failure, say so, with its sum
     labelled: the plan measures against the larger of the two."""
-    from ..plan import observed_need
+    from ..plans.plan import observed_need
     seen = observed_need(memory or {})
     if seen is None or not b.get("fits") or not b.get("usable_gib"):
         return None
@@ -85,7 +85,7 @@ def budget_lines(b, lang="en", memory=None, width=30):
 
 
 def render_budget_text(b, lang="en", fmt="text"):
-    from ..i18n import assumption_text
+    from ..core.i18n import assumption_text
     d = b.to_json_dict()
     if lang == "zh":
         head = f"{label('budget', lang)}：{d['model']}（{d['params_b']}B，可训练参数 {d['trainable_params']:,}）"

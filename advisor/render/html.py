@@ -9,8 +9,8 @@ text: labels are HTML, so they wrap on a phone and translate with `--lang`.
 import functools
 import os
 
-from ..budget import MARGIN, RESERVE_GIB, estimate
-from ..i18n import HTML_WORDS as WORDS, action_name, colon, label
+from ..memory.budget import MARGIN, RESERVE_GIB, estimate
+from ..core.i18n import HTML_WORDS as WORDS, action_name, colon, label
 
 BAR_W = 1000                                   # SVG user units of a bar's full width
 COMPONENTS = ("weights", "gradients", "optimizer_states", "activations", "logits", "working_buffers", "overhead")
@@ -138,7 +138,7 @@ def snapshot_row(d, lang):
 # ---- the "after the plan" estimate ---------------------------------------------------------------
 def spec_of(d):
     """The Spec behind d.budget, rebuilt from the facts (None when it does not reproduce the budget)."""
-    from ..runspec import spec_from_facts
+    from ..plans.runspec import spec_from_facts
     b = d.budget
     try:
         spec, _ = spec_from_facts(d.facts, d.memory, model=b.get("model"))
@@ -154,7 +154,7 @@ def spec_of(d):
 
 def after_plan(d, spec):
     """(Budget, [actions applied]): the plan's main steps (not the alternatives) applied in order."""
-    from ..plan import BUILDERS, Context, observed_need
+    from ..plans.plan import BUILDERS, Context, observed_need
     c = Context(d, spec, None, d.lang)
     seen = observed_need(d.memory or {})
     c.gap = max(0.0, seen - estimate(spec).total_gib) if seen else 0.0
@@ -285,7 +285,7 @@ def render_html(d, lang="en"):
         pic = picture(rows, capacity, usable, lang)
     elif d.verdict == "device_oom":
         note = word("no_picture", lang)
-    from ..i18n import FACTS, fact_value
+    from ..core.i18n import FACTS, fact_value
     from .text import applies_text, bases, change_text, conflict_text, fits_text, headline, saves_text
     plan = [dict(s, n=i, change=change_text(s, lang), name=action_name(s["action"], lang),
                  saves=saves_text(s, lang, basis), fits=fits_text(s, lang, basis), applies=applies_text(s, lang))
@@ -300,7 +300,7 @@ def render_html(d, lang="en"):
 # ---- budget ----------------------------------------------------------------------------------------
 def what_ifs(spec, lang):
     """One single-step variant per lever the run still has: [(label, Spec)]."""
-    from ..budget import optimizer_kind
+    from ..memory.budget import optimizer_kind
     out = []
     if spec.batch > 1:
         out.append((word("wi_batch", lang, a=spec.batch, b=spec.batch // 2), {"batch": spec.batch // 2}))
@@ -335,7 +335,7 @@ def render_budget_html(budget, spec, lang="en"):
     pic = picture(rows, b.get("capacity_gib"), b.get("usable_gib"), lang)
     verdict = {"fits": "verdict_fits", "tight": "verdict_tight", "short": "verdict_short"}.get(b.get("fit"),
                                                                                            "verdict_nocard")
-    from ..i18n import assumption_text
+    from ..core.i18n import assumption_text
     # tight fits without the margin: neither the green of a fit nor the red of a card too small
     shown = {"fits": True, "short": False}.get(b.get("fit"))
     return _page("budget.html.j2", lang, b=b, pic=pic, verdict=word(verdict, lang), fits=shown,

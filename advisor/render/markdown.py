@@ -1,8 +1,8 @@
 """Markdown report, ready to paste as an issue reply."""
 
-from ..i18n import basis_line, colon, facts_line, label
-from ..safe import md_fence, md_text
-from .text import bases, conflict_text, evidence_where, fact_rows, headline, memory_rows, snapshot_head, snapshot_lines, step_line
+from ..core.i18n import basis_line, colon, facts_line, label
+from ..core.safe import md_fence, md_text
+from .text import (bases, conflict_text, evidence_where, fact_rows, headline, memory_rows, snapshot_head, snapshot_lines, step_line)
 
 
 def render_markdown(d, lang="en"):

@@ -2,7 +2,7 @@
 
 import textwrap
 
-from ..i18n import action_name, label
+from ..core.i18n import action_name, label
 
 
 def _name(key, lang):

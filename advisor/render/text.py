@@ -1,7 +1,7 @@
 """Plain-text report for a terminal; colour only when asked (a TTY without NO_COLOR)."""
 
-from ..i18n import basis_line, action_name, colon, facts_line, label, steps_ref
-from ..units import fmt_gib
+from ..core.i18n import basis_line, action_name, colon, facts_line, label, steps_ref
+from ..core.units import fmt_gib
 
 _COLORS = {"red": "31", "green": "32", "yellow": "33", "bold": "1", "dim": "2", "cyan": "36"}
 
@@ -64,7 +64,7 @@ def headline(d, lang):
 
 def conflict_text(c, lang):
     if lang == "zh":
-        from ..i18n import FACTS
+        from ..core.i18n import FACTS
         return f"{FACTS.get(c['fact'], c['fact'])}：日志 {c['log']} / 配置 {c['config']}"
     return f"{c['fact']}: log {c['log']} / config {c['config']}"
 
@@ -178,7 +178,7 @@ def fits_text(step, lang, basis=()):
 
 
 def applies_text(step, lang):
-    from ..planwords import MANUAL
+    from ..plans.planwords import MANUAL
     key = step.get("applicability") or ""
     if key == "display" and step["action"] in MANUAL:
         key = "manual"
