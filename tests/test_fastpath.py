@@ -184,7 +184,7 @@ def test_every_signal_and_marker_pattern_has_an_anchor():
     """The windows are found by searching anchors, not by parsing: a pattern none of whose anchors
     the search looks for would never be found in a big file or a pipe."""
     from advisor.evidence.anchors import required
-    from advisor.evidence.parser import MARKER_PHRASES
+    from advisor.evidence.phrases import MARKER_PHRASES
     from advisor.evidence.signals import PATTERNS
     for table, anchors in [([p for _, _, p in PATTERNS], windows.SIGNALS), ([MARKER_PHRASES.pattern], windows.MARKERS)]:
         for pattern in table:
@@ -203,7 +203,7 @@ def test_literal_gates_change_no_answer():
     """Seam phrases, signal patterns and framework names are asked for by their literals (or an
     automaton) before a regex runs: on every line of the samples each gated search answers as the
     bare regex does, and every match holds one of the literals its gate asks for."""
-    from advisor.evidence import lines, parser, signals
+    from advisor.evidence import lines, phrases, signals
     from advisor.evidence.anchors import Gated, required
     from advisor.evidence.lines import logical_lines
     assert required(r"(?P<pct>\d{1,3})%\s*\|", shortest=1) == ["%"]      # a bar: one character is its literal
@@ -218,11 +218,11 @@ def test_literal_gates_change_no_answer():
             for rx, literals in lines._seam_patterns():
                 for m in rx.finditer(text) if literals else ():
                     assert any(lit in m.group(0) for lit in literals), (rx.pattern, m.group(0))
-            for gated in signals._GATED + [parser._SAVE_LINE, parser._LOAD_LINE, parser._SETUP_LINE]:
+            for gated in signals._GATED + [phrases.SAVE_LINE, phrases.LOAD_LINE, phrases.SETUP_LINE]:
                 assert bool(gated.search(text)) == bool(gated.rx.search(text)), (gated.rx.pattern, text)
         joined = "\n".join(texts)
-        assert list(parser._framework_names(joined)) == [(m.group(0), m.start())
-                                                        for m in parser._FRAMEWORK_RX.finditer(joined)], path.name
+        assert list(phrases.framework_names(joined)) == [(m.group(0), m.start())
+                                                        for m in phrases.FRAMEWORK_RX.finditer(joined)], path.name
 
 
 def test_batched_prefilters_change_nothing():
@@ -291,9 +291,11 @@ def test_every_substring_check_of_the_parser_holds_one_of_its_words():
     import ast
     import inspect
     import advisor.evidence.parser as parser
-    tree = ast.parse(inspect.getsource(parser.Parser))
-    words = {"_progress": parser._PROGRESS_WORDS, "_markers": parser._MARKER_WORDS, "_facts": parser._FACT_WORDS,
-             "_script": parser._SCRIPT_WORDS, "_memory_point": parser._MEMORY_WORDS}
+    from advisor.evidence.progress import Progress
+    from advisor.evidence.run_facts import FactReader
+    tree = ast.parse(inspect.getsource(Progress) + "\n" + inspect.getsource(FactReader))
+    words = {"on_progress": parser._PROGRESS_WORDS, "on_marker": parser._MARKER_WORDS, "on_facts": parser._FACT_WORDS,
+             "on_script": parser._SCRIPT_WORDS, "on_memory": parser._MEMORY_WORDS}
     checks = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name in words]
     assert len(checks) == len(words)
     literals = [(fn.name, lit) for fn in checks for lit in _ungated_literals(fn, words[fn.name])]

@@ -1,7 +1,7 @@
 """Anchors: literal byte strings at least one of which every failure signal or phase marker contains.
 
 The big-file and stream paths look for these with C-speed searches instead of parsing every line,
-so they are derived from the pattern tables themselves (signals.PATTERNS, parser.MARKER_PHRASES):
+so they are derived from the pattern tables themselves (signals.PATTERNS, phrases.MARKER_PHRASES):
 a pattern added there brings its own anchor, and a pattern without a literal of MIN characters in
 every alternative is refused by the tests (it could never be found without parsing every line).
 """

@@ -53,8 +53,8 @@ _SEAM_LITERALS = set()   # all those literals
 def _seam_patterns():
     """The phrases the parser looks for: a wrap that cuts one of them is a wrap for certain."""
     if not _SEAM_PATTERNS:
-        from . import parser, signals, traceback
-        for rx in signals.seam_phrases() + list(traceback.FRAME_PATTERNS) + list(parser.PROGRESS_PATTERNS):
+        from . import phrases, signals, traceback
+        for rx in signals.seam_phrases() + list(traceback.FRAME_PATTERNS) + list(phrases.PROGRESS_PATTERNS):
             literals = None if rx.flags & re.IGNORECASE else required(rx.pattern, shortest=1)   # a bar: "%"
             literals = minimal(literals) if literals else None
             _SEAM_PATTERNS.append((rx, frozenset(literals) if literals else None))

@@ -20,7 +20,8 @@ from itertools import islice
 from . import signals
 from .anchors import minimal, required
 from .lines import logical_lines
-from .parser import BATCH, MARKER_PHRASES, Parser, parse
+from .parser import BATCH, Parser, parse
+from .phrases import MARKER_PHRASES
 
 
 def _derived():
