@@ -38,6 +38,7 @@ from ..triage.run import capped_jobs, run_triage
 def triage(paths, fmt, jobs, lang, output, engine, baseline, verdicts, rules, min_count, issues):
     """Group many logs by failure: files, folders (recursive) and globs."""
     from .common import EXIT_OK, EXIT_OOM, EXIT_USAGE, emit, default_lang, fail
+    verdicts, rules = _known_verdicts(verdicts), _known_rules(rules)     # a typo fails now, not as an empty view
     from ..triage import week as triage_week
     try:        # read before the run: a wrong path fails in a second, not after 10 000 files
         last = triage_week.load_baseline(baseline) if baseline else None
@@ -70,3 +71,33 @@ def triage(paths, fmt, jobs, lang, output, engine, baseline, verdicts, rules, mi
     if report["summary"]["ooms"]:
         sys.exit(EXIT_OOM)
     sys.exit(EXIT_OK if report["summary"]["diagnosed"] else EXIT_USAGE)    # nothing readable: an input error
+
+
+def _known(values, known, flag, listed):
+    """Each value in its known spelling (case does not matter), or exit 2 naming the nearest ones."""
+    import difflib
+
+    from .common import fail
+    by_lower = {k.lower(): k for k in known}
+    out = []
+    for value in values:
+        v = value.strip().lower()
+        if v not in by_lower:
+            near = sorted(k for k in by_lower if v and v in k) or difflib.get_close_matches(v, list(by_lower), n=3, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(by_lower[n] for n in near[:3])}?" if near else ""
+            fail(f"{flag} {value}: no such {flag[2:]}{hint} ({listed})")
+        out.append(by_lower[v])
+    return tuple(out)
+
+
+def _known_verdicts(values):
+    from ..core.vocab import VERDICTS
+    return _known(values, VERDICTS, "--verdict", "verdicts: " + ", ".join(VERDICTS))
+
+
+def _known_rules(values):
+    if not values:
+        return ()
+    from ..diagnosis.rules import load_rules
+    return _known(values, [r.id for r in load_rules()], "--rule", "`oom-doctor rules` lists them")
+

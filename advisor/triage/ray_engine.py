@@ -16,12 +16,12 @@ import json
 import os
 import sys
 
-INSTALL = "pip install 'oom-doctor[ray]'"
+INSTALL = "pip install '.[ray]' (in a clone of oom-doctor)"
 BATCH = 64                  # logs per map call: amortises the call, keeps a block's rows small
 
 
 class EngineMissing(RuntimeError):
-    pass
+    """Ray cannot run here: not installed, or the cluster RAY_ADDRESS names cannot be reached."""
 
 
 def _ray():
@@ -40,11 +40,14 @@ def _is_uri(arg):
 def _map(batch, lang="en"):
     """One Ray Data batch {"bytes", "path"} (or {"item"}: run folders, read by path) -> {"row": JSON}."""
     import numpy as np
-    from .batch import diagnose_batch
+    from .batch import diagnose_batch, diagnose_item
+    from .config import config_beside
     if "item" in batch:
         rows = diagnose_batch([(p, p) for p in batch["item"]], lang)
     else:
-        rows = diagnose_batch(list(zip(batch["path"], batch["bytes"])), lang)
+        # a local file's config beside it counts as the local engine counts it; a URI's cannot be read here
+        rows = [diagnose_item(p, data, lang, config_beside(p) if os.path.isfile(p) else None)
+                for p, data in zip(batch["path"], batch["bytes"])]
     return {"row": np.array([json.dumps(r, ensure_ascii=False) for r in rows], dtype=object)}
 
 
@@ -52,8 +55,12 @@ def _start(ray, progress):
     import logging
     if not ray.is_initialized():
         # RAY_ADDRESS, when set, is read by ray.init itself: a cluster; unset, a local Ray starts.
-        ray.init(ignore_reinit_error=True, logging_level=logging.WARNING, log_to_driver=False,
-                 include_dashboard=False)
+        try:
+            ray.init(ignore_reinit_error=True, logging_level=logging.WARNING, log_to_driver=False,
+                     include_dashboard=False)
+        except ConnectionError as e:
+            where = os.environ.get("RAY_ADDRESS") or "a local Ray"
+            raise EngineMissing(f"--engine ray: cannot reach {where}: {str(e).splitlines()[0]}") from None
     logging.getLogger("ray.data").setLevel(logging.WARNING)    # its per-dataset lines are not the report's
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = progress
