@@ -10,6 +10,7 @@ phrases the parser knows, so it is the evidence layer's first step (evidence/lin
 
 import codecs
 import errno
+import io
 import os
 import re
 import stat
@@ -62,9 +63,16 @@ class Snapshot:
         self._fh.close()
 
 
+TERMINAL_MAX = 64 << 20      # what a paste on a terminal may hold (bounded: nobody pastes more)
+PASTE_PROMPT = ("oom-doctor: paste the log, then press Ctrl-D on an empty line "
+                "(Ctrl-Z then Enter on Windows)")
+
+
 def open_source(path):
     """Return (display name, binary file object) for a path or '-' (stdin)."""
     if path in (None, "-"):
+        if _is_terminal(sys.stdin):
+            return "<stdin>", io.BytesIO(read_terminal(sys.stdin.fileno()))
         return "<stdin>", sys.stdin.buffer
     try:
         fh = open(path, "rb")
@@ -74,6 +82,32 @@ def open_source(path):
         return path, fh
     except OSError as e:
         raise input_error(path, e) from None
+
+
+def _is_terminal(stream):
+    try:
+        return stream is not None and stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def read_terminal(fd, prompt=PASTE_PROMPT):
+    """A paste on a terminal, read up to the first end-of-file: Ctrl-D on an empty line makes read()
+    return nothing once, and a buffered reader asked for more would wait for another one (a paste
+    needed four). Read straight from the descriptor instead, after a prompt on stderr."""
+    if prompt:
+        print(prompt, file=sys.stderr, flush=True)
+    parts, size = [], 0
+    while size < TERMINAL_MAX:
+        try:
+            chunk = os.read(fd, 65536)
+        except InterruptedError:
+            continue
+        if not chunk or chunk in (b"\x1a\r\n", b"\x1a\n"):      # end of file; Ctrl-Z Enter on Windows
+            break
+        parts.append(chunk)
+        size += len(chunk)
+    return b"".join(parts)
 
 
 def input_error(path, error, what="file"):

@@ -3,6 +3,14 @@
 import textwrap
 
 from ..core.i18n import action_name, label
+from ..diagnosis.diagnose import fill
+
+# A rule's words name the numbers of the log it matched ({tried}, {total}…); a rule on its own has
+# none, so letters stand for them, the same in both languages.
+STAND_INS = {"tried": "N GiB", "total": "M GiB", "free": "F GiB", "allocated": "A GiB", "reserved_unallocated": "R GiB",
+             "other": "O GiB", "step": "S", "total_steps": "T", "phase": "…"}
+STAND_IN_NOTE = {"en": "(N, M, A, R, S…: the numbers a report fills in from your log.)",
+                 "zh": "（N、M、A、R、S 等字母：报告中会换成你日志里的实际数值。）"}
 
 
 def _name(key, lang):
@@ -23,8 +31,11 @@ def explain_text(rule, lang="en"):
                 f"priority: {rule.priority}   confidence: {rule.confidence}")
         wrap = lambda text: textwrap.wrap(text, 100)  # noqa: E731
     lines = [f"{rule.id} {rule.name} — {getattr(rule.title, lang)}", "", meta, ""]
-    lines += wrap(getattr(rule.summary, lang)) + [""]
-    lines += wrap(getattr(rule.explanation, lang)) + [""]
+    summary, explanation = getattr(rule.summary, lang), getattr(rule.explanation, lang)
+    lines += wrap(fill(summary, STAND_INS)) + [""]
+    lines += wrap(fill(explanation, STAND_INS)) + [""]
+    if "{" in summary + explanation:
+        lines += [STAND_IN_NOTE["zh" if zh else "en"], ""]
     if zh:
         lines.append("首选操作：" + "、".join(action_name(a, lang) for a in rule.actions))
         lines.append("触发条件：" + "；".join(f"{k} = {' | '.join(v)}" for k, v in when.items()))
