@@ -4,6 +4,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# Reports wrap prose to the terminal's width; tests that look for a phrase read them unwrapped, and the
+# tests of the first screen (tests/test_first_screen.py) set their own 80 columns.
+os.environ["COLUMNS"] = "1000"
 SHARED = Path(os.environ.get("OOM_DOCTOR_SHARED", ROOT.parent / "shared"))
 REAL_LOGS = SHARED / "real_logs"
 SAMPLES = ROOT / "log_samples"

@@ -195,8 +195,14 @@ def test_zh_golden(slug, fmt):
 
 # ---- numbers that say what they are (both languages) ------------------------------------------------
 def _plan_lines(slug, lang):
-    text = report(slug, "text", lang)
-    return [ln.strip() for ln in text.splitlines() if re.match(r"\s+\d+\. ", ln)]
+    """The plan's numbered lines, each with the lines it wrapped onto (indented four spaces) joined back."""
+    out = []
+    for ln in report(slug, "text", lang).splitlines():
+        if re.match(r"\s+\d+\. ", ln):
+            out.append(ln.strip())
+        elif out and re.match(r"    \S", ln):
+            out[-1] += ("" if lang == "zh" else " ") + ln.strip()
+    return out
 
 
 @pytest.mark.parametrize("lang, first, later, alt", [

@@ -2,6 +2,7 @@
 
 from ..core.i18n import basis_line, action_name, colon, facts_line, label, steps_ref
 from ..core.units import fmt_gib
+from .wrap import clip, report_width, wrap
 
 _COLORS = {"red": "31", "green": "32", "yellow": "33", "bold": "1", "dim": "2", "cyan": "36"}
 
@@ -69,60 +70,88 @@ def conflict_text(c, lang):
     return f"{c['fact']}: log {c['log']} / config {c['config']}"
 
 
-def render_text(d, lang="en", color=False):
+def render_text(d, lang="en", color=False, width=None):
+    """The report for a person: what failed and what to change first (the plan and the patch), then
+    the numbers, the budget and the evidence behind them; prose wrapped to `width` columns (the
+    terminal's by default), the patch and the command never (they are pasted as they are)."""
     L = lambda k: label(k, lang)  # noqa: E731
     zh = lang == "zh"
     sep = colon(lang)
+    width = width or report_width()
     bad = d.verdict in ("device_oom", "host_oom")
-    out = [_c(headline(d, lang), "red" if bad else "green", color), "", d.summary, ""]
-    if d.run_folder:                        # which files of the run folder were read, in one line
-        out[1:1] = [_c(d.run_folder["line"], "dim", color)]
+    out = []
+
+    def add(line="", col=None):
+        out.extend(_c(piece, col, color) if col else piece for piece in wrap(line, width))
+
+    add(headline(d, lang), "red" if bad else "green")
+    if d.run_folder:                        # which files of the run folder were read, in one line (paths)
+        out.append(_c(d.run_folder["line"], "dim", color))
+    add()
+    add(d.summary)
+    add()
     conf = f"（{L('confidence')} {d.confidence:.2f}）" if zh else f" ({L('confidence')} {d.confidence:.2f})"
-    out.append(f"  {L('phase')}{sep}{L(d.phase)}    {L('component')}{sep}{L(d.component)}    "
-               f"{L('rule')}{sep}{d.rule}{conf}")
+    add(f"  {L('phase')}{sep}{L(d.phase)}    {L('component')}{sep}{L(d.component)}    {L('rule')}{sep}{d.rule}{conf}")
     if basis_line(d, lang):
-        out.append(_c("  " + basis_line(d, lang), "dim", color))
-    rows = memory_rows(d.memory, lang)
-    if rows:
-        out += ["", _c(L("numbers"), "bold", color)]
-        from .budget_text import pad
-        out += [f"  {pad(k, 28)} {v}" for k, v in rows]
-    if d.snapshot:
-        out += ["", _c(snapshot_head(d.snapshot, lang), "bold", color)] + snapshot_lines(d.snapshot, lang)
-    if d.budget:
-        from .budget_text import budget_lines
-        out += ["", _c(L("budget"), "bold", color)] + budget_lines(d.budget, lang, d.memory)
+        add("  " + basis_line(d, lang), "dim")
     if d.plan:
-        out += ["", _c(L("plan"), "bold", color)]
+        add()
+        add(L("plan"), "bold")
         for i, (step, basis) in enumerate(zip(d.plan, bases(d.plan)), 1):
-            out.append(f"  {i}. {step_line(step, lang, basis)}")
+            add(f"  {i}. {step_line(step, lang, basis)}")
             if step.get("why"):
-                out.append(_c(f"     {step['why']}", "dim", color))
+                add(f"     {step['why']}", "dim")
     if d.patch:
-        out += ["", _c(L("patch"), "bold", color)]
+        out.extend(["", _c(L("patch"), "bold", color)])
         for ln in d.patch.rstrip("\n").splitlines():
             col = "green" if ln.startswith("+") and not ln.startswith("+++") else \
                   "red" if ln.startswith("-") and not ln.startswith("---") else None
             out.append("  " + (_c(ln, col, color) if col else ln))
     if d.command:
         out += ["", _c(L("command"), "bold", color)] + ["  " + ln for ln in d.command.rstrip("\n").splitlines()]
+    rows = memory_rows(d.memory, lang)
+    if rows:
+        add()
+        add(L("numbers"), "bold")
+        from .budget_text import pad
+        for k, v in rows:
+            add(f"  {pad(k, 28)} {v}")
+    if d.snapshot:
+        add()
+        add(snapshot_head(d.snapshot, lang), "bold")
+        for ln in snapshot_lines(d.snapshot, lang):
+            add(ln)
+    if d.budget:
+        from .budget_text import budget_lines
+        add()
+        add(L("budget"), "bold")
+        for ln in budget_lines(d.budget, lang, d.memory):
+            add(ln)
     if d.conflicts:
-        out += ["", _c(L("conflicts"), "yellow", color)]
-        out += [f"  {conflict_text(c, lang)}" for c in d.conflicts]
+        add()
+        add(L("conflicts"), "yellow")
+        for c in d.conflicts:
+            add(f"  {conflict_text(c, lang)}")
     for note in d.notes:
-        out += ["", _c("! " + note, "yellow", color)]
-    out += ["", _c(L("evidence"), "bold", color)]
-    for e in d.evidence:
+        add()
+        add("! " + note, "yellow")
+    add()
+    add(L("evidence"), "bold")
+    for e in d.evidence:                    # quotes of the log: one line each, cut to the width
         n = evidence_where(e, lang)
         if not n[-1:].isdigit():
-            out.append(f"  {n:>10}  {e.text[:160]}" if zh else f"  {n:>12}  {e.text[:160]}")
+            line = f"  {n:>10}  {e.text[:160]}" if zh else f"  {n:>12}  {e.text[:160]}"
         else:
-            out.append(f"  {'第 ' + n + ' 行':>10}  {e.text[:160]}" if zh else f"  {L('line')} {n:>7}  {e.text[:160]}")
+            line = f"  {'第 ' + n + ' 行':>10}  {e.text[:160]}" if zh else f"  {L('line')} {n:>7}  {e.text[:160]}"
+        out.append(clip(line, width))
     facts = fact_rows(d.facts)
     if facts:
-        out += ["", _c(L("facts"), "bold", color), "  " + facts_line(facts, lang)]
+        add()
+        add(L("facts"), "bold")
+        add("  " + facts_line(facts, lang))
     if d.earlier_failures:
-        out += ["", f"  {L('earlier')}{sep}{d.earlier_failures}"]
+        add()
+        add(f"  {L('earlier')}{sep}{d.earlier_failures}")
     return "\n".join(out) + "\n"
 
 
