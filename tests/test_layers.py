@@ -67,7 +67,7 @@ def test_imports_flow_down_the_stages():
     exe = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
     if not Path(exe).exists():
         pytest.fail("lint-imports is missing: pip install '.[test]'")
-    p = subprocess.run([exe, "--config", str(ROOT / ".importlinter")], cwd=ROOT, capture_output=True, text=True,
+    p = subprocess.run([exe], cwd=ROOT, capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
     assert "broken" in p.stdout and " 0 broken" in p.stdout
