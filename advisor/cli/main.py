@@ -44,16 +44,21 @@ def cli():
 @click.option("--open", "open_", is_flag=True,
               help="Open the HTML report in the default browser (implies --format html; without -o, a temporary file).")
 @click.option("--all", "all_", is_flag=True, help="LOG is a folder of runs: diagnose each, not only the newest.")
-def diagnose(log, config_path, gpu, model, params, fmt, lang, write, output, open_, all_):
+@click.option("--method", type=click.Choice(["full", "lora", "qlora", "freeze"]),
+              help="The fine-tuning method, when the log and config do not say (the budget assumes one).")
+@click.option("--seq-len", type=click.IntRange(min=1), help="The sequence length (cutoff) the run used, in tokens.")
+@click.option("--batch", type=click.IntRange(min=1), help="The per-device batch size the run used.")
+def diagnose(log, config_path, gpu, model, params, fmt, lang, write, output, open_, all_, method, seq_len, batch):
     """Diagnose one training log (a path, or - / nothing for stdin), or a run's output folder."""
     from ..pipeline import diagnose_path
     from ..render import render
     from .runfolder import diagnose_folder, is_folder
     lang = lang or default_lang()
     check_gpu(gpu)
+    stated = {"method": method, "seq_len": seq_len, "batch": batch}    # facts the user corrects
     if is_folder(log):                      # a run folder: the log, config and records it holds
         diagnose_folder(log, all_, config_path, gpu, model, params, open_format(fmt, open_), lang, write,
-                        output, open_)
+                        output, open_, stated)
     if all_:
         fail("--all needs a folder of runs (oom-doctor diagnose saves/…/ --all)")
     if write and not config_path:
@@ -61,7 +66,7 @@ def diagnose(log, config_path, gpu, model, params, fmt, lang, write, output, ope
     from ..read.files import refuse_input_as_output
     refuse_input_as_output(output, [log, config_path], "the patched config" if write else "the report")
     fmt = open_format(fmt, open_)
-    d = diagnose_path(log, config_path=config_path, lang=lang, gpu=gpu, model=model, params=params)
+    d = diagnose_path(log, config_path=config_path, lang=lang, gpu=gpu, model=model, params=params, stated=stated)
     if write:
         from ..plans.patch import write_patched
         from ..core.safe import inert_name

@@ -14,7 +14,7 @@ import click
 from ..read.reader import InputError
 
 
-def diagnose_folder(folder, all_, config_path, gpu, model, params, fmt, lang, write, output, open_):
+def diagnose_folder(folder, all_, config_path, gpu, model, params, fmt, lang, write, output, open_, stated=None):
     from .common import EXIT_OK, EXIT_OOM, emit, open_report, open_target, fail, use_color
     from ..pipeline import diagnose_run
     from ..render import render
@@ -38,7 +38,7 @@ def diagnose_folder(folder, all_, config_path, gpu, model, params, fmt, lang, wr
         from ..read.files import refuse_input_as_output
         refuse_input_as_output(output, [run.log, target], "the patched config" if write else "the report")
         try:
-            d = diagnose_run(run, config_path=config_path, lang=lang, gpu=gpu, model=model, params=params)
+            d = diagnose_run(run, config_path=config_path, lang=lang, gpu=gpu, model=model, params=params, stated=stated)
         except InputError as e:
             if not all_:
                 raise

@@ -229,7 +229,12 @@ def _zh_onoff(word):
     return {"on": "开启", "off": "关闭"}.get(word, word)
 
 
+_REVISED = r" not stated: the allocator's numbers \(([\d.]+) GiB in use with the request\) rule out (\S+) \(an estimate of ([\d.]+) GiB\); estimated as (\S+)"
 _ASSUMPTIONS = [
+    (r"fine-tuning method" + _REVISED,
+     lambda m: f"未指明微调方法：分配器的数字（已占用加上失败的申请共 {m[1]} GiB）排除了 {m[2]}（按它估算只有 {m[3]} GiB），按 {m[4]} 估算"),
+    (r"sequence length" + _REVISED + " tokens",
+     lambda m: f"未指明截断长度：分配器的数字（已占用加上失败的申请共 {m[1]} GiB）排除了 {m[2]} 个 token（按它估算只有 {m[3]} GiB），按 {m[4]} 个 token 估算"),
     (r"fine-tuning method not stated: assumed (\S+)", lambda m: f"未指明微调方法：按 {m[1]} 估算"),
     (r"precision not stated: assumed (\S+)", lambda m: f"未指明计算类型：按 {m[1]} 估算"),
     (r"per-device batch not stated: assumed (\d+)", lambda m: f"未指明单卡批处理大小：按 {m[1]} 估算"),

@@ -12,10 +12,10 @@ from ..diagnosis.diagnose import diagnose_timeline
 from ..read.reader import open_source
 
 
-def diagnose_path(path, config_path=None, lang="en", gpu=None, model=None, params=None, with_plan=True):
+def diagnose_path(path, config_path=None, lang="en", gpu=None, model=None, params=None, with_plan=True, stated=None):
     name, stream = open_source(path)
     try:
-        return diagnose_stream(stream, name, config_path, lang, gpu, model, params, with_plan)
+        return diagnose_stream(stream, name, config_path, lang, gpu, model, params, with_plan, stated=stated)
     finally:
         if stream is not getattr(sys.stdin, "buffer", None):
             stream.close()
@@ -34,7 +34,9 @@ def diagnose_bytes(data, source="<bytes>", config_path=None, lang="en", gpu=None
 
 
 def diagnose_stream(stream, source, config_path=None, lang="en", gpu=None, model=None, params=None, with_plan=True,
-                    adjust=None):
+                    adjust=None, stated=None):
+    """`stated`: facts the user gave on the command line (method, seq_len, batch): they beat what the
+    log and the config say, and what the budget would otherwise assume."""
     from ..read.memsnap import is_snapshot_head
     if is_snapshot_head(_peek(stream)):        # told by content: a pickled PyTorch memory snapshot
         from .memsnap_diag import diagnose_snapshot
@@ -51,6 +53,9 @@ def diagnose_stream(stream, source, config_path=None, lang="en", gpu=None, model
     diagnosis = diagnose_timeline(timeline, lang=lang, facts=facts, config=config)
     if config and config.from_log is None:
         diagnosis.conflicts = config.conflicts_with(timeline.facts)
+    for key, value in (stated or {}).items():
+        if value is not None:
+            diagnosis.facts[key] = value
     if callable(with_plan):                   # triage: a plan only where its reply will quote one
         with_plan = with_plan(diagnosis)
     if with_plan:
@@ -75,7 +80,7 @@ def warm():
     diagnose_bytes(_WARM_LOG, "<warm>")
 
 
-def diagnose_run(run, config_path=None, lang="en", gpu=None, model=None, params=None, with_plan=True):
+def diagnose_run(run, config_path=None, lang="en", gpu=None, model=None, params=None, with_plan=True, stated=None):
     """A run folder (runfolder.Run): its log, or a log made of its records, with its own config."""
     from ..read.runfolder import open_log
     from ..read.runrecords import apply_records
@@ -84,7 +89,7 @@ def diagnose_run(run, config_path=None, lang="en", gpu=None, model=None, params=
     name, stream = open_log(run)
     try:
         d = diagnose_stream(stream, name, run.config, lang, gpu, model, params, with_plan,
-                            adjust=lambda t: apply_records(run, t))
+                            adjust=lambda t: apply_records(run, t), stated=stated)
     finally:
         stream.close()
     d.run_folder = run.to_json()

@@ -14,9 +14,12 @@ def complete(diagnosis, config=None, gpu=None, model=None, params=None):
     # an inference engine's memory is weights, a KV cache it sizes itself and its warm-up: the
     # training estimate (gradients, optimizer, activations of a batch) does not describe it
     if diagnosis.verdict == "device_oom" and not no_training_estimate(diagnosis):
+        overrides = _sharding_seen(diagnosis, config)
         spec, notes = spec_from_facts(diagnosis.facts, diagnosis.memory, gpu=gpu, model=model, params=params,
-                                      overrides=_sharding_seen(diagnosis, config))
+                                      overrides=overrides)
         if spec is not None:
+            spec, notes = revise_assumed(diagnosis, spec, notes, lambda extra: spec_from_facts(
+                diagnosis.facts, diagnosis.memory, gpu=gpu, model=model, params=params, overrides={**overrides, **extra}))
             budget = estimate(spec)
             budget.assumptions = notes + budget.assumptions
             diagnosis.budget = budget.to_json_dict()
@@ -86,6 +89,53 @@ def _sharding_seen(d, config):
             "torch/distributed/fsdp/" in e.text or "FullyShardedDataParallel" in e.text for e in d.evidence):
         out["fsdp"] = "full_shard"               # the default strategy; the frames do not name it
     return out
+
+
+# The values an unstated fact may take, in the order a guess should try them: the default first.
+_CANDIDATES = (("fine-tuning method not stated", "method", ("full",)),
+               ("sequence length not stated", "seq_len", (2048, 4096, 8192)))
+_TRAINING_PHASES = ("first_step", "mid_training")
+
+
+def revise_assumed(d, spec, notes, respec):
+    """The run failed: an assumed value under which its estimate stays well below what the allocator
+    saw (in use plus the failed request) cannot be the run's. Each unstated fact in turn takes the
+    first of its other plausible values that explains the numbers, and the note says which and why
+    (the flag that corrects it stays in the report). Training steps only: at loading or in an
+    evaluation the method and the length do not set what was in use."""
+    seen = observed_need(d.memory or {})
+    if seen is None or d.phase not in _TRAINING_PHASES or d.component in ("other_process", "fragmentation"):
+        return spec, notes
+    chosen = {}
+    for stem, fact, values in _CANDIDATES:
+        total = estimate(spec).total_gib
+        if total >= 0.8 * seen:
+            break
+        if not any(n.startswith(stem) for n in notes) or fact == "method" and _adapters_seen(d):
+            continue
+        field = "seq" if fact == "seq_len" else fact
+        first, first_total = getattr(spec, field), total
+        for value in values:
+            if value == getattr(spec, field):
+                continue
+            trial, trial_notes = respec({**chosen, fact: value})
+            trial_total = estimate(trial).total_gib if trial is not None else 0
+            if trial_total <= total:
+                continue
+            chosen[fact] = value
+            unit = " tokens" if fact == "seq_len" else ""
+            said = (f"{stem}: the allocator's numbers ({seen:.1f} GiB in use with the request) rule out "
+                    f"{first} (an estimate of {first_total:.1f} GiB); estimated as {value}{unit}")
+            spec, notes = trial, [said] + [n for n in trial_notes if not n.startswith(stem)]
+            total = trial_total
+            if total >= 0.8 * seen:
+                break
+    return spec, notes
+
+
+def _adapters_seen(d):
+    """PEFT's frames or logger in the log: adapters were trained, whatever the method's key says."""
+    return d.facts.get("framework") == "peft" or any("/peft/" in e.text for e in d.evidence)
 
 
 def _compare(d, budget):

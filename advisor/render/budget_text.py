@@ -84,6 +84,28 @@ def budget_lines(b, lang="en", memory=None, width=30):
     return lines
 
 
+# The flag that corrects an assumed fact (diagnose's own; precision and checkpointing come from a config)
+CORRECTED_BY = (("fine-tuning method", "--method"), ("per-device batch", "--batch"), ("sequence length", "--seq-len"),
+                ("precision", "--config"), ("gradient checkpointing", "--config"), ("model shape unknown", "--model / --params"))
+
+
+def assumed_lines(b, lang="en"):
+    """Each fact the budget assumed because no input stated it, with the flag that corrects it: the
+    plan rests on them, so they are shown beside it, not only in the JSON."""
+    from ..core.i18n import assumption_text
+    b = b if isinstance(b, dict) else b.to_json_dict()
+    out = []
+    for a in b.get("assumptions") or []:
+        flag = next((f for key, f in CORRECTED_BY if a.startswith(key)), None)
+        if flag is None or ("not stated" not in a and "unknown" not in a):
+            continue
+        if lang == "zh":
+            out.append(f"  {assumption_text(a, lang)}——若不对，用 {flag} 更正")
+        else:
+            out.append(f"  {a} — not so? correct it with {flag}")
+    return out
+
+
 def render_budget_text(b, lang="en", fmt="text"):
     from ..core.i18n import assumption_text
     d = b.to_json_dict()

@@ -26,8 +26,9 @@ def render_markdown(d, lang="en"):
         out += [f"**{md_text(snapshot_head(d.snapshot, lang))}**", ""] + md_fence("\n".join(
             ln.strip() for ln in snapshot_lines(d.snapshot, lang))) + [""]
     if d.budget:
-        from .budget_text import budget_lines
+        from .budget_text import assumed_lines, budget_lines
         out += [f"**{L('budget')}**", ""] + md_fence("\n".join(budget_lines(d.budget, lang, d.memory))) + [""]
+        out += [f"- {ln.strip()}" for ln in assumed_lines(d.budget, lang)] + ([""] if assumed_lines(d.budget, lang) else [])
     if d.plan:
         out += [f"**{L('plan')}**", ""]
         for i, (step, basis) in enumerate(zip(d.plan, bases(d.plan)), 1):

@@ -122,10 +122,10 @@ def render_text(d, lang="en", color=False, width=None):
         for ln in snapshot_lines(d.snapshot, lang):
             add(ln)
     if d.budget:
-        from .budget_text import budget_lines
+        from .budget_text import assumed_lines, budget_lines
         add()
         add(L("budget"), "bold")
-        for ln in budget_lines(d.budget, lang, d.memory):
+        for ln in budget_lines(d.budget, lang, d.memory) + assumed_lines(d.budget, lang):
             add(ln)
     if d.conflicts:
         add()
