@@ -141,16 +141,22 @@ def budget(model, model_config, params, method, precision, quant_bits, batch, se
         spec = spec.model_copy(update={"fsdp": ""})
     result = estimate(spec)
     result.assumptions = notes + result.assumptions
+    from ..plans.fit import common_cards, what_fits
+    fit = what_fits(spec)                             # with a card: the cheapest settings that fit it
+    cards = common_cards(spec) if fit is None else []
     from ..core import safe
     if fmt == "json":
         import json
-        text = safe.inert_json(json.dumps(result.to_json_dict(), ensure_ascii=False, indent=2)) + "\n"
+        out = result.to_json_dict()
+        out["what_fits"] = fit.to_json_dict() if fit else None
+        out["common_cards"] = [{"card": name, "fit": v} for name, v in cards]
+        text = safe.inert_json(json.dumps(out, ensure_ascii=False, indent=2)) + "\n"
     elif fmt == "html":
         from ..render.html import render_budget_html
         text = safe.inert(render_budget_html(result, spec, lang))
     else:
         from ..render.budget_text import render_budget_text
-        text = safe.inert(render_budget_text(result, lang, fmt))
+        text = safe.inert(render_budget_text(result, lang, fmt, fit, cards))
     output = open_target(output, open_)
     emit(text, output)
     open_report(output, open_)

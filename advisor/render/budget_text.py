@@ -106,7 +106,43 @@ def assumed_lines(b, lang="en"):
     return out
 
 
-def render_budget_text(b, lang="en", fmt="text"):
+def fit_lines(fit, cards, total_gib, lang="en"):
+    """What fits: the cheapest moves to the card (plans/fit.py), or without a card, a hint and the run
+    as planned on the common ones."""
+    from ..core.i18n import action_name
+    from ..plans.fit import as_flags
+    zh = lang == "zh"
+    verdict = {"fits": "放得下" if zh else "fits", "tight": "偏紧（余量不足 20%）" if zh else "tight (under the 20 % margin)",
+               "short": "放不下" if zh else "does not fit"}
+    if fit is None:
+        head = (f"未指定显卡（--gpu 4090、A100-80G、24GiB）：按计划每卡需要 {total_gib:.2f} GiB" if zh else
+                f"No card given (--gpu 4090, A100-80G, 24GiB): as planned it needs {total_gib:.2f} GiB per GPU")
+        return [head] + [f"  {name}{'：' if zh else ': '}{verdict[v]}" for name, v in cards]
+    lines = [f"在这张卡上怎样放得下（{fit.capacity_gib:.2f} GiB）" if zh else f"What fits this card ({fit.capacity_gib:.2f} GiB)"]
+    if not fit.moves:
+        lines.append(f"  按计划 {fit.total_gib:.2f} GiB：{verdict['fits']}" if zh else
+                     f"  as planned, {fit.total_gib:.2f} GiB: it fits with the 20 % margin")
+        return lines
+    for i, m in enumerate(fit.moves, 1):
+        same = ("【结果不变】" if m.same_result else "【会改变结果】") if zh else \
+               ("[same result]" if m.same_result else "[changes results]")
+        lines.append(f"  {i}. {action_name(m.name, lang)}：{as_flags(m.update)} → {m.total_gib:.2f} GiB {same}" if zh else
+                     f"  {i}. {m.name} ({as_flags(m.update)}) → {m.total_gib:.2f} GiB {same}")
+    if fit.fits:
+        lines.append("  以上几步之后放得下（留 20% 余量）" if zh else "  with these, it fits with the 20 % margin")
+    else:
+        least = fit.moves[-1].total_gib / 0.8 + 0.5       # the card on which the last total keeps its margin
+        lines.append(f"  即使全部照做也放不下（{fit.moves[-1].total_gib:.2f} GiB）：至少 {least:.0f} GiB 的显卡才放得下，"
+                     f"或用 ZeRO-3/FSDP 分到更多 GPU 上" if zh else
+                     f"  nothing in reach fits this card: with every move it needs {fit.moves[-1].total_gib:.2f} GiB, "
+                     f"which would fit a card of {least:.0f} GiB or more, or shard it over more GPUs (ZeRO-3, FSDP)")
+    for m in fit.alternatives[:3]:
+        lines.append(f"  或者只改这一项：{action_name(m.name, lang)}：{as_flags(m.update)} → {m.total_gib:.2f} GiB" if zh else
+                     f"  or this one change alone: {m.name} ({as_flags(m.update)}) → {m.total_gib:.2f} GiB")
+    return lines
+
+
+def render_budget_text(b, lang="en", fmt="text", fit=None, cards=()):
     from ..core.i18n import assumption_text
     d = b.to_json_dict()
     if lang == "zh":
@@ -115,7 +151,12 @@ def render_budget_text(b, lang="en", fmt="text"):
         head = f"{label('budget', lang)}: {d['model']} ({d['params_b']}B, trainable {d['trainable_params']:,})"
     body = budget_lines(d, lang)
     notes = [f"  - {assumption_text(a, lang)}" for a in d["assumptions"]]
+    answer = fit_lines(fit, cards, d["total_gib"], lang) if (fit or cards) else []
     if fmt == "markdown":
-        return "\n".join([f"### {head}", "", "```"] + body + ["```", "", f"**{label('assumptions', lang)}**", ""]
+        said = ([f"**{answer[0]}**", ""] + [f"- {ln.strip()}" for ln in answer[1:]] + [""]) if answer else []
+        return "\n".join([f"### {head}", "", "```"] + body + ["```", ""] + said + [f"**{label('assumptions', lang)}**", ""]
                          + [n.strip() for n in notes]) + "\n"
-    return "\n".join([head, ""] + body + ["", label("assumptions", lang)] + notes) + "\n"
+    from .wrap import report_width, wrap
+    width = report_width()
+    lines = [head, ""] + body + ([""] + answer if answer else []) + ["", label("assumptions", lang)] + notes
+    return "\n".join(piece for ln in lines for piece in wrap(ln, width)) + "\n"
