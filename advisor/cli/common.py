@@ -83,3 +83,13 @@ def open_report(output, open_):
 def debug_on():
     """OOM_DOCTOR_DEBUG=1 (or yes/true/on) shows tracebacks; 0, no, false, off and empty do not."""
     return os.environ.get("OOM_DOCTOR_DEBUG", "").strip().lower() not in ("", "0", "no", "false", "off")
+
+
+def epilog(example, codes):
+    """The end of a command's --help: one example and what its exit codes mean (\b keeps click from
+    re-flowing the lines)."""
+    return f"\b\nExample:\n  {example}\n\n\b\nExit codes: {codes}"
+
+
+OOM_CODES = "0 no OOM, 1 an OOM diagnosed, 2 a usage or input error."
+

@@ -8,7 +8,8 @@ import sys
 import click
 
 from .. import __version__
-from .common import (EXIT_OK, EXIT_OOM, EXIT_USAGE, LANG, check_gpu, debug_on, default_lang, emit, fail, open_format, open_report, open_target, use_color)
+from .common import (EXIT_OK, EXIT_OOM, EXIT_USAGE, LANG, OOM_CODES, check_gpu, debug_on, default_lang, emit, epilog,
+                     fail, open_format, open_report, open_target, use_color)
 
 
 class LazyGroup(click.Group):
@@ -31,7 +32,7 @@ def cli():
     """Why did fine-tuning run out of GPU memory, and what exactly should change?"""
 
 
-@cli.command()
+@cli.command(epilog=epilog("oom-doctor diagnose train.log --config train.yaml --gpu 4090", OOM_CODES))
 @click.argument("log", required=False, default="-")
 @click.option("--config", "config_path", type=click.Path(dir_okay=True), help="Training config (LLaMA-Factory, HF or axolotl).")
 @click.option("--gpu", help="GPU name or size, e.g. 4090, A100-80G, 24GiB.")
@@ -78,7 +79,8 @@ def diagnose(log, config_path, gpu, model, params, fmt, lang, write, output, ope
     open_report(output, open_)
     sys.exit(EXIT_OOM if d.verdict in ("device_oom", "host_oom") else EXIT_OK)
 
-@cli.command()
+@cli.command(epilog=epilog("oom-doctor budget --gpu 4090 --model Qwen2.5-7B --method lora --batch 4 --seq 2048",
+                           "0 fits (or fits without the 20 % margin), 1 does not fit, 2 a usage or input error."))
 @click.option("--model", help="Model name or path, e.g. Qwen2.5-7B-Instruct.")
 @click.option("--model-config", type=click.Path(), help="An HF config.json describing the model.")
 @click.option("--params", help="Parameter count for an uncatalogued model, e.g. 7B.")
@@ -163,7 +165,7 @@ def budget(model, model_config, params, method, precision, quant_bits, batch, se
     sys.exit(EXIT_OOM if result.fit == "short" else EXIT_OK)      # tight still fits: 0
 
 
-@cli.command("rules")
+@cli.command("rules", epilog=epilog("oom-doctor rules --lang zh", "0, or 2 on a usage error."))
 @LANG
 def list_rules(lang):
     """List the diagnosis rules."""
@@ -176,7 +178,7 @@ def list_rules(lang):
         click.echo(f"{r.id}  {r.name:<30} {verdict} {getattr(r.title, lang)}")
 
 
-@cli.command()
+@cli.command(epilog=epilog("oom-doctor explain OOM501", "0, or 2 for an unknown rule id."))
 @click.argument("rule_id")
 @LANG
 def explain(rule_id, lang):

@@ -142,7 +142,9 @@ def after_failure(log_path, snapshot_path, cmd, report, lang):
     return d
 
 
-@click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.command("run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}, epilog=(
+    "\b\nExample:\n  oom-doctor run --log train.log -- llamafactory-cli train train.yaml\n\n"
+    "\b\nExit codes: the command's own; 2 when oom-doctor itself cannot start it."))
 @click.option("--log", "log", type=click.Path(dir_okay=False), default="oom-doctor-run.log", show_default=True,
               help="Where the whole output is kept.")
 @click.option("--report", type=click.Path(dir_okay=False), help="On failure, write the report here (.html, .md, .json, else text).")

@@ -16,7 +16,9 @@ from ..triage.render import render_report
 from ..triage.run import capped_jobs, run_triage
 
 
-@click.command("triage")
+@click.command("triage", epilog=(
+    "\b\nExample:\n  oom-doctor triage reports/ --format markdown --min-count 2\n\n"
+    "\b\nExit codes: 0 no OOM in any report, 1 an OOM in at least one, 2 no path matched or nothing could be read."))
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "markdown", "html"]), default="table")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,

@@ -9,7 +9,8 @@ number of the physical line it started on, so evidence can point back into the u
 import re
 
 from .anchors import minimal, required
-from ..read.reader import (MAX_LINE_HEAD, MAX_LINE_TAIL, may_have_prefix, physical_batches, resolve_redraws, shown_text, strip_ansi, strip_wrappers)
+from ..read.reader import (MAX_LINE_HEAD, MAX_LINE_TAIL, may_have_prefix, physical_batches, resolve_redraws,
+                           shown_text, strip_ansi, strip_wrappers)
 
 WRAP_SAMPLE = 2000           # lines looked at to detect a fixed wrap width
 

@@ -2,7 +2,8 @@
 
 from ..core.i18n import basis_line, colon, facts_line, label
 from ..core.safe import md_fence, md_text
-from .text import (bases, conflict_text, evidence_where, fact_rows, headline, memory_rows, snapshot_head, snapshot_lines, step_line)
+from .text import (bases, conflict_text, evidence_where, fact_rows, headline, memory_rows, snapshot_head,
+                   snapshot_lines, step_line)
 
 
 def render_markdown(d, lang="en"):
