@@ -68,3 +68,13 @@ def test_wrap_counts_wide_characters_twice_and_keeps_punctuation_with_its_word()
     assert not any(p.strip()[:1] in "，：；。" for p in pieces)
     assert "".join("".join(p.split()) for p in pieces) == "".join(line.split())      # nothing lost
     assert columns(clip("第 7 行  " + "显存" * 40, 20)) <= 20
+
+
+def test_a_long_command_is_continued_as_the_shell_reads_it():
+    import shlex
+    from advisor.render.wrap import wrap_command
+    cmd = "python3 -m verl.trainer.main_ppo a=1 'b=two words here' c=\"x y\" " + " ".join(f"k{i}=v{i}" for i in range(30))
+    lines = wrap_command(cmd, 40)
+    assert len(lines) > 1 and all(columns(ln) <= 40 for ln in lines)
+    assert all(ln.endswith(" \\") for ln in lines[:-1])
+    assert shlex.split(" ".join(ln[:-1] if ln.endswith("\\") else ln for ln in lines)) == shlex.split(cmd)

@@ -2,7 +2,7 @@
 
 from ..core.i18n import basis_line, action_name, colon, facts_line, label, steps_ref
 from ..core.units import fmt_gib
-from .wrap import clip, report_width, wrap
+from .wrap import clip, report_width, wrap, wrap_command
 
 _COLORS = {"red": "31", "green": "32", "yellow": "33", "bold": "1", "dim": "2", "cyan": "36"}
 
@@ -108,7 +108,9 @@ def render_text(d, lang="en", color=False, width=None):
                   "red" if ln.startswith("-") and not ln.startswith("---") else None
             out.append("  " + (_c(ln, col, color) if col else ln))
     if d.command:
-        out += ["", _c(L("command"), "bold", color)] + ["  " + ln for ln in d.command.rstrip("\n").splitlines()]
+        out += ["", _c(L("command"), "bold", color)]
+        for ln in d.command.rstrip("\n").splitlines():       # long ones continued with ` \`, as a shell reads them
+            out += ["  " + piece for piece in (wrap_command(ln, width - 2) if not ln.endswith("\\") else [ln])]
     rows = memory_rows(d.memory, lang)
     if rows:
         add()

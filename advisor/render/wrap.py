@@ -77,3 +77,28 @@ def clip(line, width):
         out += ch
         used += w
     return out + "…"
+
+
+def wrap_command(line, width):
+    """A shell command cut into lines that end in ` \\` (the shell joins them back), at spaces outside
+    quotes only: pasted, it runs as the one line it was."""
+    if columns(line) <= width:
+        return [line]
+    cuts, quote = [], None
+    for i, ch in enumerate(line):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == " " and i and line[i - 1] != "\\":
+            cuts.append(i)
+    out, start, last = [], 0, None
+    indent = "    "
+    for cut in cuts + [len(line)]:
+        head = (indent if out else "") + line[start:cut]
+        if columns(head) + 2 > width and last is not None:
+            out.append((indent if out else "") + line[start:last] + " \\")
+            start = last + 1
+        last = cut
+    out.append((indent if out else "") + line[start:])
+    return out
