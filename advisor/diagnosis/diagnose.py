@@ -62,6 +62,8 @@ class Diagnosis(Record):
     basis: dict = field(default_factory=dict)      # what decided the phase and the component
     run_folder: Optional[dict] = None              # the files a run folder's diagnosis used (runfolder.py)
     snapshot: Optional[dict] = None                # read from a PyTorch memory snapshot (memsnap_diag.py)
+    hypotheses: List[dict] = field(default_factory=list)   # readings the numbers allow when the log says little
+    needs: List[str] = field(default_factory=list)         # the inputs that would decide (readings.py)
 
     def to_json_dict(self):
         out = {"schema": SCHEMA, **self.model_dump()}

@@ -26,6 +26,9 @@ def complete(diagnosis, config=None, gpu=None, model=None, params=None):
             _compare(diagnosis, budget)
             if diagnosis.component == "unknown":
                 _component_from_sizes(diagnosis, spec, budget)
+    from ..diagnosis.readings import hypotheses, needs
+    diagnosis.hypotheses = hypotheses(diagnosis.memory or {}, diagnosis.phase, diagnosis.component, diagnosis.lang)
+    diagnosis.needs = needs(diagnosis, config is not None, diagnosis.budget is not None)
     left_out = []
     diagnosis.plan = make_plan(diagnosis, rule, spec, config, diagnosis.lang, left_out)
     applied = _patched_since(diagnosis, rule, spec, config)

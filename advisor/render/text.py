@@ -94,6 +94,8 @@ def render_text(d, lang="en", color=False, width=None):
     add(f"  {L('phase')}{sep}{L(d.phase)}    {L('component')}{sep}{L(d.component)}    {L('rule')}{sep}{d.rule}{conf}")
     if basis_line(d, lang):
         add("  " + basis_line(d, lang), "dim")
+    for ln in readings_lines(d, lang):
+        add(ln)
     if d.plan:
         add()
         add(L("plan"), "bold")
@@ -155,6 +157,28 @@ def render_text(d, lang="en", color=False, width=None):
         add()
         add(f"  {L('earlier')}{sep}{d.earlier_failures}")
     return "\n".join(out) + "\n"
+
+
+NEEDS = {"en": {"lines above the traceback": "the lines above the traceback", "config": "the training config",
+                "model": "the model's name (--model) or size (--params)", "gpu": "the GPU (--gpu)"},
+         "zh": {"lines above the traceback": "报错上方的几行日志", "config": "训练配置文件",
+                "model": "模型名称（--model）或参数量（--params）", "gpu": "显卡型号（--gpu）"}}
+
+
+def readings_lines(d, lang="en"):
+    """When the log says little: the readings the numbers allow (most likely first) and what would decide."""
+    zh = lang == "zh"
+    out = []
+    if d.hypotheses:
+        sep = "；" if zh else "; "
+        said = sep.join(f"{label(h['component'], lang)}{'：' if zh else ': '}{h['why']}" for h in d.hypotheses[:3])
+        out.append(("  数字支持的解读：" if zh else "  The numbers allow: ") + said)
+        out.append(("  可以这样确认：" if zh else "  To confirm: ") + d.hypotheses[0]["confirm"])
+    if d.needs:
+        words = NEEDS["zh" if zh else "en"]
+        joined = ("、" if zh else ", ").join(words.get(n, n) for n in d.needs)
+        out.append(("  能确定原因的信息：" if zh else "  What would decide it: ") + joined)
+    return out
 
 
 def show_value(value, lang="en"):
