@@ -148,8 +148,9 @@ def _by_component(members):
     """One cluster of similar signatures (one verdict, rule, phase, accelerator) -> {component: members}.
 
     Members whose component the log itself names (a frame, a quoted call, the rule, the phase table)
-    split by it, as before. A member whose component only sizes decided, or none (weak_component),
-    joins the one named component of its cluster; with several named it joins its own if named, and
+    split by it, as before. A member whose component none of its own evidence names stays `unknown`:
+    a reply never tells it another member's cause. A member whose component only sizes decided
+    (weak_component) joins the one named component of its cluster; with several named it joins its own if named, and
     otherwise, or with none named, the weak members stay together under their most common component
     (ties: a named one, then by name)."""
     out, weak = {}, []
@@ -161,6 +162,9 @@ def _by_component(members):
     named, rest = list(out), []
     for m in weak:
         own = m[2].get("component")
+        if own == "unknown":             # its own evidence names nothing: it is not told another's cause
+            out.setdefault("unknown", []).append(m)
+            continue
         target = named[0] if len(named) == 1 else own if own in out else None
         (out[target] if target is not None else rest).append(m)
     if rest:
