@@ -32,8 +32,17 @@ def test_a_group_found_by_alias_is_the_same_group_and_two_old_ones_in_one_is_a_m
     last = {"schema": "oom-doctor/triage/v1", "groups": [_g("m", 2), _g("n", 3)]}
     now = {"groups": [_g("k", 6, aliases=("m", "n"))]}      # a new, smaller signature id joined both
     ch = compare(now, last, "last.json")["change"]
-    assert ch["merged"] == [{"id": "k", "from": ["m", "n"]}] and ch["gone"] == []
-    assert ch["grown"] == [{"id": "k", "was": 5, "now": 6}]
+    # the merged group keeps the larger old group's id; the new one is among its aliases
+    assert ch["merged"] == [{"id": "n", "from": ["m", "n"]}] and ch["gone"] == []
+    assert ch["grown"] == [{"id": "n", "was": 5, "now": 6}]
+    assert now["groups"][0]["aliases"] == ["k", "m"]
+
+
+def test_a_group_that_grew_a_smaller_signature_keeps_last_weeks_id():
+    last = {"schema": "oom-doctor/triage/v1", "groups": [_g("m", 2)]}
+    now = {"groups": [_g("b", 3, aliases=("m",))]}          # "b" < "m": grouping alone would rename it
+    compare(now, last, "last.json")
+    assert now["groups"][0]["id"] == "m" and now["groups"][0]["aliases"] == ["b"]
 
 
 def test_filters_keep_what_matches_every_filter_and_say_what_they_left_out():

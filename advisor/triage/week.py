@@ -1,9 +1,9 @@
 """Week over week: a triage report compared with last week's (`--baseline`), and filtered views.
 
 A group of this week is the same group as one of last week when they share an id, or when one's id is
-among the other's aliases (triage._ids: a group keeps the smallest id of its signatures and lists the
-others, so a group that grew a new, smaller signature still names its old id). Two old groups that
-match one new group are a merge, and the report says so; nothing else renames a group.
+among the other's aliases (grouping._ids: a group keeps the smallest id of its signatures and lists the
+others). A matched group takes last week's id back, so adding files never renames a group a desk
+already tracks. Two old groups that match one new group are a merge, and the report says so.
 """
 
 import json
@@ -33,6 +33,15 @@ def _names(g):
     return {g.get("id")} | set(g.get("aliases") or [])
 
 
+def _keep_old_id(g, was):
+    """A group that matches last week's under another of its names takes last week's id back (the
+    largest old group's, when several merged): adding files never renames a group a desk already
+    tracks; the new id is kept among the aliases."""
+    old_id = max(was.values(), key=lambda o: (int(o.get("count") or 0), str(o["id"])))["id"]
+    g["aliases"] = sorted((set(g.get("aliases") or []) | {g["id"]}) - {old_id})
+    g["id"] = old_id
+
+
 def compare(report, baseline, baseline_name):
     """Marks each group of `report` new/grown/shrunk/same (with `was`, last week's count) and adds
     `change`: each class's groups with their counts then and now, the merges, and the groups gone."""
@@ -46,6 +55,8 @@ def compare(report, baseline, baseline_name):
     for g in report["groups"]:
         was = {o["id"]: o for n in _names(g) for o in by_name.get(n, [])}
         matched |= set(was)
+        if was and g["id"] not in was:
+            _keep_old_id(g, was)
         before = sum(int(o.get("count") or 0) for o in was.values())
         kind = ("new" if not was else "grown" if g["count"] > before else "shrunk" if g["count"] < before else "same")
         g["change"], g["was"] = kind, before
