@@ -12,6 +12,19 @@ from .common import (EXIT_OK, EXIT_OOM, EXIT_USAGE, LANG, OOM_CODES, check_gpu, 
                      fail, open_format, open_report, open_target, use_color)
 
 
+def _step_numbers(value):
+    """`--steps 1,3` -> [1, 3]; anything else is a usage error."""
+    if value is None:
+        return None
+    try:
+        numbers = [int(x) for x in value.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: give step numbers separated by commas, e.g. 1,3") from None
+    if not numbers:
+        raise click.BadParameter("give at least one step number, e.g. 1")
+    return numbers
+
+
 class LazyGroup(click.Group):
     """Commands defined in other modules are imported when used, not at every start-up."""
     lazy = {"triage": "advisor.cli.triage", "run": "advisor.cli.run", "capture": "advisor.cli.run"}
@@ -49,7 +62,10 @@ def cli():
               help="The fine-tuning method, when the log and config do not say (the budget assumes one).")
 @click.option("--seq-len", type=click.IntRange(min=1), help="The sequence length (cutoff) the run used, in tokens.")
 @click.option("--batch", type=click.IntRange(min=1), help="The per-device batch size the run used.")
-def diagnose(log, config_path, gpu, model, params, fmt, lang, write, output, open_, all_, method, seq_len, batch):
+@click.option("--steps", callback=lambda ctx, param, value: _step_numbers(value),
+              help="Only these steps of the plan, e.g. 1,3: the patch (and --write) applies just them.")
+def diagnose(log, config_path, gpu, model, params, fmt, lang, write, output, open_, all_, method, seq_len, batch,
+             steps):
     """Diagnose one training log (a path, or - / nothing for stdin), or a run's output folder."""
     from ..pipeline import diagnose_path
     from ..render import render
@@ -58,6 +74,8 @@ def diagnose(log, config_path, gpu, model, params, fmt, lang, write, output, ope
     check_gpu(gpu)
     stated = {"method": method, "seq_len": seq_len, "batch": batch}    # facts the user corrects
     if is_folder(log):                      # a run folder: the log, config and records it holds
+        if steps:
+            fail("--steps works on a log with --config; for a run folder, name its config with --config")
         diagnose_folder(log, all_, config_path, gpu, model, params, open_format(fmt, open_), lang, write,
                         output, open_, stated)
     if all_:
@@ -68,6 +86,9 @@ def diagnose(log, config_path, gpu, model, params, fmt, lang, write, output, ope
     refuse_input_as_output(output, [log, config_path], "the patched config" if write else "the report")
     fmt = open_format(fmt, open_)
     d = diagnose_path(log, config_path=config_path, lang=lang, gpu=gpu, model=model, params=params, stated=stated)
+    if steps:
+        from ..plans.patch import choose_steps
+        choose_steps(d, steps, config_path)
     if write:
         from ..plans.patch import write_patched
         from ..core.safe import inert_name

@@ -14,6 +14,15 @@ import click
 from ..read.reader import InputError
 
 
+# LLaMA Board writes training_args.yaml afresh from its form each time a run starts from the web UI
+LLAMABOARD_REWRITES = {
+    "en": "oom-doctor: LLaMA Board rewrites training_args.yaml from its form at the next start from the web UI: "
+          "rerun this file with `llamafactory-cli train training_args.yaml`, or set the same values in the form",
+    "zh": "oom-doctor：LLaMA Board 下次从网页界面启动时会按表单重新生成 training_args.yaml：请用 "
+          "`llamafactory-cli train training_args.yaml` 运行这个文件，或在表单中填入同样的值",
+}
+
+
 def diagnose_folder(folder, all_, config_path, gpu, model, params, fmt, lang, write, output, open_, stated=None):
     from .common import EXIT_OK, EXIT_OOM, emit, open_report, open_target, fail, use_color
     from ..pipeline import diagnose_run
@@ -48,6 +57,8 @@ def diagnose_folder(folder, all_, config_path, gpu, model, params, fmt, lang, wr
             from ..plans.patch import write_patched
             from ..core.safe import inert_name
             click.echo(inert_name(write_patched(d, target, output, log_path=run.log)), err=True)
+            if os.path.basename(target) == "training_args.yaml" and not output:
+                click.echo(LLAMABOARD_REWRITES["zh" if lang == "zh" else "en"], err=True)
             output = None
         diagnoses.append(d)
     if not diagnoses:                       # each run's line is on stderr already

@@ -54,6 +54,23 @@ def applied_changes(plan):
     return merged
 
 
+def choose_steps(diagnosis, numbers, config_path=None):
+    """Keep only the plan's steps the user chose (1-based, as the report numbers them), each applied
+    even if it was offered as an alternative, and patch for those alone. A number the plan does not
+    have is an input error."""
+    plan = diagnosis.plan or []
+    wrong = [n for n in numbers if not 1 <= n <= len(plan)]
+    if wrong:
+        raise InputError(f"--steps {','.join(map(str, wrong))}: the plan has steps 1 to {len(plan)}"
+                         if plan else "--steps: this diagnosis has no plan")
+    # a step's saving and fit were worked out on top of the steps before it: alone they no longer hold
+    diagnosis.plan = [{**plan[n - 1], "alternative": False, "fits_after": None} for n in sorted(set(numbers))]
+    from ..read.config import load_config
+    config = load_config(config_path) if config_path else None
+    diagnosis.patch, diagnosis.snippet = patch_for(diagnosis, config)
+    return diagnosis
+
+
 def patch_for(diagnosis, config):
     """(unified diff or None, snippet or None) for a diagnosis whose plan is filled."""
     changes = applied_changes(diagnosis.plan)

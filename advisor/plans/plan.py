@@ -487,6 +487,21 @@ _FALLBACK = ("reduce_seq_len", "grad_checkpointing", "zero_sharding", "cpu_offlo
 _CONCLUSIVE = ("free_other_process", "fix_non_memory_bug", "expandable_segments", "more_host_ram")
 
 
+# Moves that need bitsandbytes, which has no kernels for these accelerators (its docs list CUDA, ROCm
+# and Intel XPU backends; Ascend and Apple MPS are not among them)
+_BITSANDBYTES = ("quantize", "optimizer_8bit")
+_NO_BITSANDBYTES = {"npu": ("Ascend NPU", "昇腾 NPU"), "mps": ("Apple MPS", "Apple MPS")}
+
+
+def _not_on_this_platform(action, accelerator):
+    """The exclusion entry of a move the run's accelerator cannot do, or None."""
+    if action in _BITSANDBYTES and accelerator in _NO_BITSANDBYTES:
+        en, zh = _NO_BITSANDBYTES[accelerator]
+        return {"move": action, "with": f"bitsandbytes 不支持{zh}",
+                "reason": f"bitsandbytes (4-bit and 8-bit) does not run on an {en}", "source": "bitsandbytes docs"}
+    return None
+
+
 def make_plan(diagnosis, rule, spec=None, config=None, lang="en", left_out=None) -> List[dict]:
     """The ordered steps; `left_out` (a list), when given, receives the exclusion entries of the
     moves left out because the run or an earlier step excludes them."""
@@ -512,6 +527,11 @@ def make_plan(diagnosis, rule, spec=None, config=None, lang="en", left_out=None)
     for action in own + rest:
         if action in rest and (any(not s.alternative for s in steps) or fitted):
             break                           # the fallback is for a true dead end only
+        platform = _not_on_this_platform(action, diagnosis.accelerator)
+        if platform is not None:
+            if left_out is not None:
+                left_out.append(platform)
+            continue
         step, update = _step(c, action, current)
         if step is None:
             continue
