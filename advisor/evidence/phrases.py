@@ -48,6 +48,9 @@ TRAIN_START = re.compile(r"(?:[Ss]tart(?:ing|ed)?|[Bb]egin(?:ning)?) (?:the )?(?
 # an evaluation announced in the words most loops use ("Starting final eval...", "Running validation")
 EVAL_START = re.compile(r"(?:[Ss]tart(?:ing|ed)?|[Bb]egin(?:ning)?|[Rr]unning|[Pp]erforming) (?:the )?(?:final )?"
                          r"(?:eval(?:uation)?|validation|testing)\b")
+# Keras's training bar: "  12/500 [====>.......] - ETA: 5:21 - loss: 2.3012" (keras/src/utils/progbar.py):
+# its count is the batches of this epoch done
+KERAS_BAR = re.compile(r"^\s*(?P<n>\d+)/(?P<total>\d+) \[[=>.]*\] - .{0,200}?\bloss: -?\d")
 DICT = re.compile(r"\{'(loss|eval_loss|train_runtime|eval_runtime|predict_loss)'")
 BANNER = re.compile(r"(?:^|\s)(Num examples|Num Epochs|Instantaneous batch size per device|Total train batch size "
                      r"\(w\. parallel, distributed & accumulation\)|Gradient Accumulation steps|Total optimization steps"

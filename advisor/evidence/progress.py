@@ -3,8 +3,8 @@ phase it was in (loading, setup, training, evaluation, saving), from the phrases
 
 from collections import deque
 
-from .phrases import (BAR, BAR_CUT, BAR_LIGHT, BAR_NOTEBOOK, DICT, EVAL_START, LOAD_LINE, LOSS_LINE, PREP_UNIT,
-                      PREP_WORDS, SAVE_LINE, SETUP_LINE, TENSOR_NAME, TRAIN_START, plain_bar, to_int)
+from .phrases import (BAR, BAR_CUT, BAR_LIGHT, BAR_NOTEBOOK, DICT, EVAL_START, KERAS_BAR, LOAD_LINE, LOSS_LINE,
+                      PREP_UNIT, PREP_WORDS, SAVE_LINE, SETUP_LINE, TENSOR_NAME, TRAIN_START, plain_bar, to_int)
 from .timeline import Context, Marker
 
 MAX_MARKERS = 400
@@ -46,6 +46,10 @@ class Progress:
             m = LOSS_LINE.search(text)
             if m:
                 self._loss_line(line, m)
+            elif "] - " in text:
+                m = KERAS_BAR.search(text)
+                if m:
+                    self._keras_bar(line, m)
         if "{'" in text:
             m = DICT.search(text)
             if m:
@@ -93,6 +97,14 @@ class Progress:
         if prev is None or (n is not None and n > prev):
             if n:
                 self._advance(line)
+
+    def _keras_bar(self, line, m):
+        """Keras's bar counts this epoch's batches, each a step done with its loss."""
+        n = to_int(m.group("n"))
+        if self.step is None or n > self.step or n == 1:
+            self.step = n
+        self.losses += 1
+        self._advance(line)
 
     def _loss_line(self, line, m):
         """A loop's loss line: with a step counter, the steps done; "Epoch 2/3 … loss" counts epochs, and

@@ -60,7 +60,10 @@ class Context:
         # an engine's moves need the engine's own evidence: a phase read as inference may be any
         # script calling generate(), which has no max_num_seqs to lower
         self.job = f.get("job_kind") or "training"
-        if self.job in ENGINE_KINDS and not engine_run(diagnosis):
+        # a generation or prediction with no engine's own evidence: its keys are the script's, its
+        # moves never a training knob (generation_only)
+        self.generation = self.job in ENGINE_KINDS and not engine_run(diagnosis)
+        if self.generation:
             self.job = "training"
         self.engine = f.get("engine") or {}       # the engine's settings as its log printed them
         self.dialect = config.dialect if config is not None else \
@@ -414,6 +417,7 @@ JOB_LADDERS = {
 ENGINE_LOAD_LADDER = ("precision", "tensor_parallel", "quantize", "smaller_model")      # weights that do not fit one card
 ENGINE_LOAD_LADDER_ONE_CARD = ("precision", "quantize", "tensor_parallel", "smaller_model")
 _OUTSIDE_ESTIMATE = tuple(JOB_LADDERS) + ("prediction",)   # jobs whose moves the training estimate cannot judge
+TRAINING_ONLY = ("grad_accum", "grad_checkpointing", "optimizer_8bit", "use_lora", "zero_sharding", "eval_accumulation")
 _NOT_IN_PREDICTION = ("reduce_batch", "grad_accum", "grad_checkpointing", "optimizer_8bit", "use_lora", "cpu_offload")
 
 
@@ -523,6 +527,8 @@ def make_plan(diagnosis, rule, spec=None, config=None, lang="en", left_out=None)
             rest = ["smaller_model"]                # a training move is no fallback for an engine
         elif c.job == "prediction":
             rest = [a for a in rest if a not in _NOT_IN_PREDICTION]
+    if c.generation:
+        own, rest = [a for a in own if a not in TRAINING_ONLY], [a for a in rest if a not in TRAINING_ONLY]
     holding = held(c)
     for action in own + rest:
         if action in rest and (any(not s.alternative for s in steps) or fitted):

@@ -164,9 +164,31 @@ def _fsdp(c):
     return fsdp_run(c)
 
 
+# a script that generates or predicts with no engine (diffusers, generate(), a model's forward in
+# torch.no_grad()): no training knob exists, so its moves are said in what the script does
+GENERATION_SHORT = {
+    "reduce_batch": ("run fewer inputs at once (fewer prompts, images or samples per call)",
+                     "每次少处理一些输入（每次调用的提示、图片或样本更少）"),
+    "reduce_seq_len": ("shorten what each input makes: fewer new tokens, a lower resolution or fewer frames",
+                       "缩短每个输入的输出：更少的新 token、更低的分辨率或更少的帧"),
+    "precision": ("load the model in float16/bfloat16 (torch_dtype=torch.float16), and run under torch.no_grad()",
+                  "以 float16/bfloat16 加载模型（torch_dtype=torch.float16），并在 torch.no_grad() 下运行"),
+    "cpu_offload": ("offload what waits to the CPU (diffusers: enable_model_cpu_offload(); transformers: "
+                    "device_map=\"auto\")",
+                    "把暂时不用的部分卸载到 CPU（diffusers：enable_model_cpu_offload()；transformers：device_map=\"auto\"）"),
+}
+GENERATION_WHY = {
+    "reduce_batch": ("Each input carries its own activations (and, generating, its own KV cache): fewer at once "
+                     "need proportionally less memory; the outputs are the same.",
+                     "每个输入都有自己的激活值（生成时还有自己的 KV cache）：同时处理的越少，显存按比例越少；输出不变。"),
+}
+
+
 def display_text(action, c):
     if c.engine_job and action in ENGINE_SHORT:
         return ENGINE_SHORT[action][1 if c.lang == "zh" else 0]
+    if c.generation and action in GENERATION_SHORT:
+        return GENERATION_SHORT[action][1 if c.lang == "zh" else 0]
     if action == "expandable_segments":
         var = {"npu": "PYTORCH_NPU_ALLOC_CONF", "rocm": "PYTORCH_HIP_ALLOC_CONF"}.get(c.d.accelerator,
                                                                                      "PYTORCH_CUDA_ALLOC_CONF")
@@ -190,6 +212,8 @@ def why_text(action, c, changes):
     """Why a move helps; the batch move says what its own numbers do (8 → 1 is not a halving)."""
     if c.engine_job and action in ENGINE_WHY:
         return ENGINE_WHY[action][c.lang]
+    if c.generation and action in GENERATION_WHY:
+        return GENERATION_WHY[action][1 if c.lang == "zh" else 0]
     if action == "reduce_batch":
         said = _batch_why(c.lang, changes.get(c.key("batch")), changes.get(c.key("grad_accum")))
         if said:
