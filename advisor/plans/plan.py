@@ -491,10 +491,10 @@ _FALLBACK = ("reduce_seq_len", "grad_checkpointing", "zero_sharding", "cpu_offlo
 _CONCLUSIVE = ("free_other_process", "fix_non_memory_bug", "expandable_segments", "more_host_ram")
 
 
-# Moves that need bitsandbytes, which has no kernels for these accelerators (its docs list CUDA, ROCm
-# and Intel XPU backends; Ascend and Apple MPS are not among them)
+# Moves that need bitsandbytes, which has no kernels for these accelerators (its installation guide,
+# v0.50: NVIDIA, AMD, Intel XPU, Apple Silicon and Intel Gaudi; Ascend is not among them)
 _BITSANDBYTES = ("quantize", "optimizer_8bit")
-_NO_BITSANDBYTES = {"npu": ("Ascend NPU", "昇腾 NPU"), "mps": ("Apple MPS", "Apple MPS")}
+_NO_BITSANDBYTES = {"npu": ("Ascend NPU", "昇腾 NPU")}
 
 
 def _not_on_this_platform(action, accelerator):
@@ -502,7 +502,8 @@ def _not_on_this_platform(action, accelerator):
     if action in _BITSANDBYTES and accelerator in _NO_BITSANDBYTES:
         en, zh = _NO_BITSANDBYTES[accelerator]
         return {"move": action, "with": f"bitsandbytes 不支持{zh}",
-                "reason": f"bitsandbytes (4-bit and 8-bit) does not run on an {en}", "source": "bitsandbytes docs"}
+                "reason": f"bitsandbytes (4-bit and 8-bit) does not run on an {en}",
+                "source": "bitsandbytes docs/source/installation.mdx v0.50"}
     return None
 
 
