@@ -33,3 +33,14 @@ def test_a_filter_value_in_another_case_is_that_value(args, field, want):
     assert p.returncode in (0, 1), p.stderr
     groups = json.loads(p.stdout)["groups"]
     assert groups and all(g[field] == want for g in groups)
+
+
+def test_one_file_is_one_file_and_an_unknown_card_is_not_named(tmp_path):
+    (tmp_path / "bare.log").write_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.16 GiB.\n")
+    p = subprocess.run([sys.executable, "-m", "advisor.cli", "triage", str(tmp_path)], capture_output=True,
+                       text=True, cwd=ROOT, timeout=120)
+    assert p.stdout.startswith("1 file: ") and "1 group" in p.stdout and "1 files" not in p.stdout
+    report = json.loads(subprocess.run([sys.executable, "-m", "advisor.cli", "triage", str(tmp_path), "--format",
+                                        "json"], capture_output=True, text=True, cwd=ROOT, timeout=120).stdout)
+    replies = " ".join(g["reply"] for g in report["groups"])
+    assert "unknown" not in replies and "card of" not in replies

@@ -27,8 +27,8 @@ def _summary_lines(s, fmt="{:<12} {}", lang="en"):
         line = (lambda k, v: f"{pad(k, 12)} {v}") if fmt == "{:<12} {}" else fmt.format
         return [head] + [line(_ZH_BY[name], _counts(s["by_" + name], lang))
                          for name in ("verdict", "phase", "component", "accelerator", "framework")]
-    head = (f"{s['files']} files: {s['diagnosed']} diagnosed, {s['ooms']} with an OOM, "
-            f"{s['errors']} unreadable; {s.get('groups', 0)} groups")
+    head = (f"{_n(s['files'], 'file')}: {s['diagnosed']} diagnosed, {s['ooms']} with an OOM, "
+            f"{s['errors']} unreadable; {_n(s.get('groups', 0), 'group')}")
     return [head] + [fmt.format(name, _counts(s["by_" + name]))
                      for name in ("verdict", "phase", "component", "accelerator", "framework")]
 
@@ -48,7 +48,7 @@ def render_table(r, lang="en"):
                    [f"     最早：{g['first']}   最晚：{g['last']}", f"     分组依据：{g['reason']}",
                     f"     成员（{g['count']}）：{_listed(g, '、', lang)}", f"     回复：{g['reply']}", ""]
             continue
-        out.append(f"{i:>3}. [{g['id']}] {g['count']} files ({g['share']:.1%})  {g['verdict']}  {g['rule']}  "
+        out.append(f"{i:>3}. [{g['id']}] {_n(g['count'], 'file')} ({g['share']:.1%})  {g['verdict']}  {g['rule']}  "
                    f"{g['phase']}/{g['component']}  {g['accelerator']}  capacity {_gib(mem['total_gib'])}, tried {_gib(mem['tried_gib'])}")
         out += [f"     {g['title']}", f"     representative: {g['representative']}"] + _evidence(g, "     evidence: ") + \
                [f"     first: {g['first']}   last: {g['last']}", f"     grouped: {g['reason']}",
@@ -199,4 +199,8 @@ def _named(report, name):
     r["errors"] = [{**e, "path": name(e["path"])} for e in r["errors"]]
     return r
 
+
+def _n(count, noun):
+    """'1 file', '2 files'."""
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 

@@ -75,8 +75,12 @@ def _numbers(g, lang):
         return ""
     t, c = fmt_gib(tried, _UNKNOWN[lang]), fmt_gib(total, _UNKNOWN[lang])
     if lang == "zh":
-        return re.sub(r" ?未知", "未知", f"（申请 {t}，显卡总容量 {c}）")
-    return f" (a request of {t} on a card of {c})"
+        if total is None:
+            return f"（申请 {t}）"
+        return f"（申请 {t}，显卡总容量 {c}）" if tried is not None else f"（显卡总容量 {c}）"
+    if total is None:
+        return f" (a request of {t})"
+    return f" (a request of {t} on a {c} card)" if tried is not None else f" (on a {c} card)"
 
 
 def _ask(g, lang):
