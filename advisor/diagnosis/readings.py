@@ -79,6 +79,8 @@ def needs(d, has_config, has_budget):
     out = []
     if d.verdict not in ("device_oom", "host_oom", "incomplete"):
         return out
+    if d.verdict != "incomplete" and d.phase not in ("unknown", None) and d.component not in ("unknown", None):
+        return out                            # the log decided both: nothing is left open
     no_frames = not any(e.marker == "frame" for e in d.evidence)
     if d.phase in ("unknown", None) and no_frames:
         out.append("lines above the traceback")
