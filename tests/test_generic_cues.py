@@ -39,3 +39,10 @@ def test_a_generation_script_gets_no_training_knob():
 def test_a_training_script_keeps_its_training_moves():
     d = diagnose_path(str(CUES / "loop.log"))
     assert d.phase == "mid_training" and "grad_checkpointing" in [s["action"] for s in d.plan]
+
+
+def test_a_log_that_names_no_framework_gets_words_not_trainer_keys():
+    d = diagnose_path(str(CUES / "loop.log"))            # a plain training loop: no Trainer, no config
+    assert d.facts.get("framework") is None and d.plan
+    assert all(not s["changes"] for s in d.plan), [s["changes"] for s in d.plan]
+    assert all(s.get("display") for s in d.plan)

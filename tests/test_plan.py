@@ -141,7 +141,9 @@ torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 130.00 MiB. GPU {g
     assert [s["action"] for s in d.plan][0] == "cpu_offload"
     assert "optimizer_8bit" not in [s["action"] for s in d.plan]
     assert any("optimizer_8bit" in n and "ZeRORuntimeException" in n for n in d.notes)
-    assert d.plan[0]["changes"]["deepspeed"][0] == "zero2"
+    # the log names no framework and no config was given: the move in words, never a Trainer key
+    assert d.plan[0]["changes"] == {} and "offload_optimizer" in d.plan[0]["display"]
+    assert "gather_16bit" not in d.plan[0]["display"]              # a save's words are not an optimizer step's
     stage3 = ('  File "/env/lib/python3.10/site-packages/deepspeed/runtime/zero/stage3.py", line 2070, in step\n'
               "    self._optimizer_step(sub_group_id)\n") + opt.format(gpu=3)
     d = diagnose_text(stage3)

@@ -56,7 +56,8 @@ class Context:
         f = diagnosis.facts
         self.facts = f
         # a file of no known dialect gets words, not keys; with no file, the log's framework names
-        # the keys of the snippet
+        # the keys of the snippet, and a log that names no framework (a plain loop, a research
+        # script) gets words too: never a Trainer key the run may not have
         # an engine's moves need the engine's own evidence: a phase read as inference may be any
         # script calling generate(), which has no max_num_seqs to lower
         self.job = f.get("job_kind") or "training"
@@ -69,7 +70,7 @@ class Context:
         self.dialect = config.dialect if config is not None else \
             "vllm" if self.job in ENGINE_KINDS else \
             {"llamafactory": "llamafactory", "axolotl": "axolotl", "trl": "trl", "ms-swift": "ms_swift",
-             "verl": "verl"}.get(f.get("framework"), "hf")
+             "verl": "verl"}.get(f.get("framework"), "hf" if f.get("framework") else UNKNOWN_DIALECT)
         self.multi_gpu = several_gpus(diagnosis)
         # an RL job whose failing frames are its rollout engine's: the engine's batch, not the actor's
         self.rollout_failed = self.job == "rl_rollout" and engine_failed(diagnosis)
@@ -417,6 +418,7 @@ JOB_LADDERS = {
 ENGINE_LOAD_LADDER = ("precision", "tensor_parallel", "quantize", "smaller_model")      # weights that do not fit one card
 ENGINE_LOAD_LADDER_ONE_CARD = ("precision", "quantize", "tensor_parallel", "smaller_model")
 _OUTSIDE_ESTIMATE = tuple(JOB_LADDERS) + ("prediction",)   # jobs whose moves the training estimate cannot judge
+UNKNOWN_DIALECT = "unknown"       # no dialect's keys: each move said in words (planwords.SHORT)
 TRAINING_ONLY = ("grad_accum", "grad_checkpointing", "optimizer_8bit", "use_lora", "zero_sharding", "eval_accumulation")
 _NOT_IN_PREDICTION = ("reduce_batch", "grad_accum", "grad_checkpointing", "optimizer_8bit", "use_lora", "cpu_offload")
 

@@ -184,6 +184,12 @@ GENERATION_WHY = {
 }
 
 
+_DS_OFFLOAD = {"en": "offload the optimizer states to the CPU (DeepSpeed JSON: \"zero_optimization\": "
+                      "{\"offload_optimizer\": {\"device\": \"cpu\"}}; with ZeRO-3 also offload_param)",
+               "zh": "把优化器状态卸载到 CPU（DeepSpeed 配置：\"zero_optimization\": {\"offload_optimizer\": "
+                     "{\"device\": \"cpu\"}}；ZeRO-3 时还可设置 offload_param）"}
+
+
 def display_text(action, c):
     if c.engine_job and action in ENGINE_SHORT:
         return ENGINE_SHORT[action][1 if c.lang == "zh" else 0]
@@ -195,6 +201,8 @@ def display_text(action, c):
         return f"export {var}=expandable_segments:True"
     if action == "cpu_offload" and _fsdp(c):
         return (_FSDP_SAVE if c.d.phase == "checkpoint_save" else _FSDP_OFFLOAD)["zh" if c.lang == "zh" else "en"]
+    if action == "cpu_offload" and c.d.phase != "checkpoint_save":    # the gather-on-save words are a save's only
+        return _DS_OFFLOAD["zh" if c.lang == "zh" else "en"]
     text = _DISPLAY.get(action, {}).get(c.lang) or _DISPLAY.get(action, {}).get("en", "")
     if not text and action in SHORT:      # the config's dialect has no key for it: say it in words
         text = SHORT[action][1 if c.lang == "zh" else 0]
