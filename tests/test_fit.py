@@ -81,3 +81,10 @@ def test_budget_without_a_card_names_the_flag_and_the_common_cards():
     assert "No card given (--gpu" in p.stdout and "80 GiB" in p.stdout and "24 GiB" in p.stdout
     js = json.loads(_budget("--model", "Qwen2.5-7B", "--format", "json").stdout)
     assert js["what_fits"] is None and {c["fit"] for c in js["common_cards"]} <= {"fits", "tight", "short"}
+
+
+def test_offload_never_lowers_the_sharding_a_move_before_raised():
+    shape, _ = find_model("Qwen2.5-32B")
+    fit = what_fits(Spec(model=shape, method="full", batch=1, seq=1024, gpus=8, zero=0, capacity_gib=79.15))
+    moves = {m.name: m.update for m in fit.moves}
+    assert moves["zero_sharding"] == {"zero": 3} and moves["cpu_offload"]["zero"] == 3

@@ -80,6 +80,8 @@ def what_fits(spec, capacity_gib=None) -> Optional[Fit]:
     planned, ok = _fits(current)
     fit = Fit(capacity_gib=cap, total_gib=planned, fits=ok)
     for name, update, same in _ladder(current) if not ok else ():
+        if name == "cpu_offload":        # on top of the sharding a move before may have raised
+            update = {"offload": True, "zero": max(current.zero, 2)}
         trial = current.model_copy(update=update)
         total, ok = _fits(trial)
         before = _fits(current)[0]
