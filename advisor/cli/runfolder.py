@@ -27,7 +27,7 @@ def diagnose_folder(folder, all_, config_path, gpu, model, params, fmt, lang, wr
     from .common import EXIT_OK, EXIT_OOM, emit, open_report, open_target, fail, use_color
     from ..pipeline import diagnose_run
     from ..render import render
-    from ..read.runfolder import WHAT_A_RUN_HOLDS, find_runs, pick
+    from ..read.runfolder import TRAINING_ARGS, WHAT_A_RUN_HOLDS, find_runs, pick
     runs = find_runs(folder)
     if not runs:
         fail(f"{folder}: is a directory with no training run in it (looked for {WHAT_A_RUN_HOLDS}; a folder of many logs: oom-doctor triage DIR)")
@@ -57,7 +57,7 @@ def diagnose_folder(folder, all_, config_path, gpu, model, params, fmt, lang, wr
             from ..plans.patch import write_patched
             from ..core.safe import inert_name
             click.echo(inert_name(write_patched(d, target, output, log_path=run.log)), err=True)
-            if os.path.basename(target) == "training_args.yaml" and not output:
+            if os.path.basename(target) in TRAINING_ARGS and not output:
                 click.echo(LLAMABOARD_REWRITES["zh" if lang == "zh" else "en"], err=True)
             output = None
         diagnoses.append(d)

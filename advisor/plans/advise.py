@@ -94,9 +94,10 @@ def _sharding_seen(d, config):
     return out
 
 
-# The values an unstated fact may take, in the order a guess should try them: the default first.
-_CANDIDATES = (("fine-tuning method not stated", "method", ("full",)),
-               ("sequence length not stated", "seq_len", (2048, 4096, 8192)))
+# The other values an unstated fact may take, in the order a guess should try them:
+# (its note's words, the fact, the Spec field it sets, the values)
+_CANDIDATES = (("fine-tuning method not stated", "method", "method", ("full",)),
+               ("sequence length not stated", "seq_len", "seq", (2048, 4096, 8192)))
 _TRAINING_PHASES = ("first_step", "mid_training")
 
 
@@ -109,14 +110,12 @@ def revise_assumed(d, spec, notes, respec):
     seen = observed_need(d.memory or {})
     if seen is None or d.phase not in _TRAINING_PHASES or d.component in ("other_process", "fragmentation"):
         return spec, notes
-    chosen = {}
-    for stem, fact, values in _CANDIDATES:
-        total = estimate(spec).total_gib
+    chosen, total = {}, estimate(spec).total_gib
+    for stem, fact, field, values in _CANDIDATES:
         if total >= 0.8 * seen:
             break
         if not any(n.startswith(stem) for n in notes) or fact == "method" and _adapters_seen(d):
             continue
-        field = "seq" if fact == "seq_len" else fact
         first, first_total = getattr(spec, field), total
         for value in values:
             if value == getattr(spec, field):

@@ -71,20 +71,21 @@ def _fits(spec):
     return b.total_gib, fit_verdict(b.total_gib, usable) == "fits"
 
 
-def what_fits(spec, capacity_gib=None) -> Optional[Fit]:
-    """The cheapest moves after which `spec` fits the card (its own capacity, or `capacity_gib`)."""
-    cap = capacity_gib or spec.capacity_gib
+def what_fits(spec) -> Optional[Fit]:
+    """The cheapest moves after which `spec` fits its card."""
+    cap = spec.capacity_gib
     if not cap:
         return None
-    current = spec.model_copy(update={"capacity_gib": cap})
-    planned, ok = _fits(current)
-    fit = Fit(capacity_gib=cap, total_gib=planned, fits=ok)
-    for name, update, same in _ladder(current) if not ok else ():
-        if name == "cpu_offload":        # on top of the sharding a move before may have raised
-            update = {"offload": True, "zero": max(current.zero, 2)}
+    current = spec
+    before, ok = _fits(current)
+    fit = Fit(capacity_gib=cap, total_gib=before, fits=ok)
+    for name in [m[0] for m in _ladder(current)] if not ok else ():
+        # each move as the run stands after the ones before (offload keeps the sharding raised)
+        update, same = next(((u, s) for n, u, s in _ladder(current) if n == name), (None, None))
+        if update is None:
+            continue
         trial = current.model_copy(update=update)
         total, ok = _fits(trial)
-        before = _fits(current)[0]
         if total > before - max(0.5, 0.05 * before):
             continue                     # this run gains (almost) nothing from it
         if name == "reduce_seq_len":     # halve again while it helps and the run still does not fit
@@ -92,17 +93,16 @@ def what_fits(spec, capacity_gib=None) -> Optional[Fit]:
                 shorter = trial.model_copy(update={"seq": trial.seq // 2})
                 total, ok = _fits(shorter)
                 trial, update = shorter, {"seq": shorter.seq}
-        current = trial
+        current, before = trial, total
         fit.moves.append(Move(name, update, total, same))
         if ok:
             break
     fit.fits = ok
     if ok:
-        fit.moves = _pruned(spec.model_copy(update={"capacity_gib": cap}), fit.moves)
-    if fit.moves and len(fit.moves) > 1:
-        base = spec.model_copy(update={"capacity_gib": cap})
-        for name, update, same in _ladder(base):
-            total, alone = _fits(base.model_copy(update=update))
+        fit.moves = _pruned(spec, fit.moves)
+    if len(fit.moves) > 1:
+        for name, update, same in _ladder(spec):
+            total, alone = _fits(spec.model_copy(update=update))
             if alone:
                 fit.alternatives.append(Move(name, update, total, same))
     return fit

@@ -1,14 +1,13 @@
 """The memory budget as aligned text lines with a bar per component (text and markdown reports)."""
 
-import unicodedata
-
 from ..core.i18n import assumption_text, label
+from .wrap import columns
 
 
 def pad(text, width):
     """Left-align for a terminal: CJK characters take two columns."""
-    cols = sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
-    return text + " " * max(0, width - cols)
+    return text + " " * max(0, width - columns(text))
+
 
 COMPONENTS = ("weights_gib", "gradients_gib", "optimizer_states_gib", "activations_gib", "logits_gib",
               "working_buffers_gib", "overhead_gib")
@@ -92,7 +91,6 @@ CORRECTED_BY = (("fine-tuning method", "--method"), ("per-device batch", "--batc
 def assumed_lines(b, lang="en"):
     """Each fact the budget assumed because no input stated it, with the flag that corrects it: the
     plan rests on them, so they are shown beside it, not only in the JSON."""
-    from ..core.i18n import assumption_text
     b = b if isinstance(b, dict) else b.to_json_dict()
     out = []
     for a in b.get("assumptions") or []:
@@ -143,7 +141,6 @@ def fit_lines(fit, cards, total_gib, lang="en"):
 
 
 def render_budget_text(b, lang="en", fmt="text", fit=None, cards=()):
-    from ..core.i18n import assumption_text
     d = b.to_json_dict()
     if lang == "zh":
         head = f"{label('budget', lang)}：{d['model']}（{d['params_b']}B，可训练参数 {d['trainable_params']:,}）"

@@ -24,8 +24,12 @@ def report_width(stream=None):
     return DEFAULT
 
 
+def _cols(ch):
+    return 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+
+
 def columns(text):
-    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+    return sum(map(_cols, text))
 
 
 def wrap(line, width):
@@ -50,7 +54,7 @@ def wrap(line, width):
 
     prev = ""
     for ch in line:
-        w = 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+        w = _cols(ch)
         # a break may come before a space or a wide character, never before a closing mark, and
         # after a closing mark (a key may follow it without a space)
         if ch == " " or (w == 2 or prev in _NO_BREAK_BEFORE) and ch not in _NO_BREAK_BEFORE:
@@ -71,7 +75,7 @@ def clip(line, width):
         return line
     out, used = "", 0
     for ch in line:
-        w = 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+        w = _cols(ch)
         if used + w > width - 1:
             break
         out += ch

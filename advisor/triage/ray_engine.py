@@ -40,10 +40,10 @@ def _is_uri(arg):
 def _map(batch, lang="en"):
     """One Ray Data batch {"bytes", "path"} (or {"item"}: run folders, read by path) -> {"row": JSON}."""
     import numpy as np
-    from .batch import diagnose_batch, diagnose_item
+    from .batch import diagnose_item
     from .config import config_beside
     if "item" in batch:
-        rows = diagnose_batch([(p, p) for p in batch["item"]], lang)
+        rows = [diagnose_item(p, p, lang) for p in batch["item"]]
     else:
         # a local file's config beside it counts as the local engine counts it; a URI's cannot be read here
         rows = [diagnose_item(p, data, lang, config_beside(p) if os.path.isfile(p) else None)
